@@ -1,0 +1,40 @@
+"""The layers stay honest: imports only go downward and the core never reads the clock."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CORE_DIRS = [REPO / "operator" / "tokenpilot" / "core", REPO / "operator" / "tokenpilot" / "api"]
+
+# Reading the clock or the environment inside a decision makes it untestable without sleeping.
+FORBIDDEN_IN_CORE = re.compile(
+    r"\btime\.(time|monotonic|perf_counter|sleep)\(|\bdatetime\.(now|utcnow|today)\(|"
+    r"\bos\.environ\b|\bopen\(|\bsubprocess\b|\basyncio\.sleep\("
+)
+
+
+def test_import_contracts_hold() -> None:
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run(
+        [str(lint_imports), "--config", str(REPO / ".importlinter")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_reads_no_clock_and_does_no_io() -> None:
+    offenders = []
+    for directory in CORE_DIRS:
+        for path in sorted(directory.rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                code = line.split("#", 1)[0]
+                if FORBIDDEN_IN_CORE.search(code):
+                    offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not offenders, "I/O or clock in the pure core:\n" + "\n".join(offenders)
