@@ -1,0 +1,591 @@
+"""The LLMService resource (`serving.tokenpilot.dev/v1alpha1`): spec and status.
+
+These pydantic types are the single source of truth: the CRD's OpenAPI schema, its defaults, its
+enums and its CEL rules are generated from them (`tokenpilot.api.crd`), and the operator parses
+every object it receives through them. Cross-field rules that the API server can check are
+declared next to the type as CEL (`x-kubernetes-validations`) and mirrored by a pydantic validator
+so that a spec read from a file fails the same way as one sent to the cluster.
+
+Durations (`50ms`, `2s`, `1.5s`, `5m`) stay strings here; the API only checks their spelling
+and `tokenpilot.core` converts them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal, Self
+
+from pydantic import ConfigDict, Field, JsonValue, model_validator
+
+from tokenpilot.api.base import ApiModel
+from tokenpilot.api.model_shape import MODEL_PRESETS, DType, ModelShape, model_preset
+
+GROUP = "serving.tokenpilot.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LLMService"
+PLURAL = "llmservices"
+SINGULAR = "llmservice"
+SHORT_NAMES = ("llms",)
+CATEGORIES = ("tokenpilot",)
+
+AUTO = "auto"
+DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
+MODEL_SOURCE_PATTERN = (
+    r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://.+|file:///.+)$"
+)
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+# The CRD generator reads these keys from a model's json_schema_extra; they are not OpenAPI.
+CEL_KEY = "x-kubernetes-validations"
+INT_OR_STRING_KEY = "x-kubernetes-int-or-string"
+
+
+def _cel(*rules: tuple[str, str, str | None]) -> dict[str, Any]:
+    """CEL rules as the CRD carries them: (rule, message, fieldPath or None)."""
+    out: list[dict[str, str]] = []
+    for rule, message, field_path in rules:
+        entry = {"rule": rule, "message": message}
+        if field_path:
+            entry["fieldPath"] = field_path
+        out.append(entry)
+    return {CEL_KEY: out}
+
+
+def _int_or_auto(minimum: int, field: str) -> dict[str, Any]:
+    """An integer of at least `minimum` or the string `auto`, checked by the API server."""
+    return {
+        INT_OR_STRING_KEY: True,
+        CEL_KEY: [
+            {
+                "rule": f"type(self) == string ? self == 'auto' : self >= {minimum}",
+                "message": f"{field} must be an integer >= {minimum} or the string 'auto'",
+            }
+        ],
+    }
+
+
+def _check_int_or_auto(value: int | str, minimum: int, field: str) -> None:
+    if isinstance(value, str) and value != AUTO:
+        raise ValueError(f"{field} must be an integer >= {minimum} or the string 'auto'")
+    if isinstance(value, int) and value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum} or the string 'auto'")
+
+
+_PRESET_NAMES: list[JsonValue] = [name for name in sorted(MODEL_PRESETS)]
+
+
+# --- spec.model -------------------------------------------------------------------------------
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the LLMService's namespace."""
+
+    name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=253, description="Secret name.")
+    key: str = Field("token", min_length=1, description="Key inside the Secret.")
+
+
+class ModelShapeSpec(ApiModel):
+    """The model's shape for capacity planning: a named preset, or every field given."""
+
+    preset: str | None = Field(
+        None,
+        description="A known model shape; mutually exclusive with the explicit fields.",
+        json_schema_extra={"enum": _PRESET_NAMES},
+    )
+    num_parameters: int | None = Field(None, gt=0, description="Total parameter count.")
+    num_layers: int | None = Field(None, gt=0, description="Number of transformer layers.")
+    num_attention_heads: int | None = Field(None, gt=0, description="Query heads per layer.")
+    num_kv_heads: int | None = Field(None, gt=0, description="Key/value heads per layer.")
+    head_dim: int | None = Field(None, gt=0, description="Dimension of one attention head.")
+    hidden_size: int | None = Field(None, gt=0, description="Width of the residual stream.")
+    dtype: DType | None = Field(None, description="Weights' storage type (default bfloat16).")
+    kv_cache_dtype: DType | None = Field(None, description="KV cache storage type.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "has(self.preset) ? !(has(self.numParameters) || has(self.numLayers) || "
+                "has(self.numAttentionHeads) || has(self.numKvHeads) || has(self.headDim) || "
+                "has(self.hiddenSize)) : (has(self.numParameters) && has(self.numLayers) && "
+                "has(self.numAttentionHeads) && has(self.numKvHeads) && has(self.headDim) && "
+                "has(self.hiddenSize))",
+                "give either shape.preset or all of numParameters, numLayers, "
+                "numAttentionHeads, numKvHeads, headDim and hiddenSize, not both",
+                None,
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _preset_or_fields(self) -> Self:
+        explicit = [
+            self.num_parameters,
+            self.num_layers,
+            self.num_attention_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.hidden_size,
+        ]
+        has_any = any(v is not None for v in explicit)
+        has_all = all(v is not None for v in explicit)
+        if self.preset is not None and has_any:
+            raise ValueError("shape: give either preset or the explicit fields, not both")
+        if self.preset is None and not has_all:
+            raise ValueError(
+                "shape: give either preset or all of numParameters, numLayers, "
+                "numAttentionHeads, numKvHeads, headDim and hiddenSize"
+            )
+        if self.preset is not None:
+            model_preset(self.preset)
+        return self
+
+    def resolve(self) -> ModelShape:
+        """The full shape: the preset's figures or the explicit ones (dtype overrides apply)."""
+        if self.preset is not None:
+            base = model_preset(self.preset)
+            updates: dict[str, Any] = {}
+            if self.dtype is not None:
+                updates["dtype"] = self.dtype
+            if self.kv_cache_dtype is not None:
+                updates["kv_cache_dtype"] = self.kv_cache_dtype
+            return base.model_copy(update=updates) if updates else base
+        return ModelShape(
+            num_parameters=self.num_parameters or 0,
+            num_layers=self.num_layers or 0,
+            num_attention_heads=self.num_attention_heads or 0,
+            num_kv_heads=self.num_kv_heads or 0,
+            head_dim=self.head_dim or 0,
+            hidden_size=self.hidden_size or 0,
+            dtype=self.dtype or DType.bfloat16,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
+
+
+class ModelSpec(ApiModel):
+    """Which model to serve, where its weights come from, and its shape."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        description="The served model name clients put in the OpenAI `model` field.",
+    )
+    source: str = Field(
+        pattern=MODEL_SOURCE_PATTERN,
+        description="Where the weights are: hf://org/name, pvc://claim/path, s3://bucket/path "
+        "or file:///path.",
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    hub_token_secret: SecretKeyRef | None = Field(
+        None, description="Secret holding a hub token, passed to the engine as HF_TOKEN."
+    )
+    shape: ModelShapeSpec = Field(description="The model's shape, for capacity planning.")
+
+
+# --- spec.engine ------------------------------------------------------------------------------
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable for the engine container."""
+
+    name: str = Field(pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str = Field("", description="Variable value.")
+
+
+class ResourceList(ApiModel):
+    """CPU and memory as Kubernetes quantities (GPUs come from spec.accelerator)."""
+
+    cpu: str | None = Field(None, description="CPU quantity, e.g. 4 or 500m.")
+    memory: str | None = Field(None, description="Memory quantity, e.g. 32Gi.")
+
+
+class EngineResources(ApiModel):
+    """Requests and limits of the engine container besides GPUs."""
+
+    requests: ResourceList = Field(default_factory=ResourceList, description="Requests.")
+    limits: ResourceList = Field(default_factory=ResourceList, description="Limits.")
+
+
+class EngineSpec(ApiModel):
+    """The vLLM engine: image and `vllm serve` settings."""
+
+    image: str = Field(
+        "vllm/vllm-openai:v0.10.1.1", min_length=1, description="vLLM OpenAI server image."
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="Longest context (prompt + output) in tokens."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=8, description="GPUs one engine shards the model across (1, 2, 4 or 8)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0.0, le=0.98, description="Fraction of GPU memory the engine may use."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More `vllm serve` arguments; flags the operator sets are rejected.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
+    resources: EngineResources = Field(
+        default_factory=EngineResources, description="CPU and memory requests and limits."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.tensorParallelSize in [1, 2, 4, 8]",
+                "tensorParallelSize must be 1, 2, 4 or 8",
+                ".tensorParallelSize",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _tp_power_of_two(self) -> Self:
+        if self.tensor_parallel_size not in (1, 2, 4, 8):
+            raise ValueError("tensorParallelSize must be 1, 2, 4 or 8")
+        return self
+
+
+# --- spec.accelerator -------------------------------------------------------------------------
+
+
+class TolerationOperator(StrEnum):
+    Equal = "Equal"
+    Exists = "Exists"
+
+
+class TaintEffect(StrEnum):
+    NoSchedule = "NoSchedule"
+    PreferNoSchedule = "PreferNoSchedule"
+    NoExecute = "NoExecute"
+
+
+class Toleration(ApiModel):
+    """A pod toleration, as in core/v1."""
+
+    key: str | None = Field(None, description="Taint key; empty with Exists matches all.")
+    operator: TolerationOperator = Field(TolerationOperator.Equal, description="Equal|Exists.")
+    value: str | None = Field(None, description="Taint value for Equal.")
+    effect: TaintEffect | None = Field(None, description="Taint effect; empty matches all.")
+    toleration_seconds: int | None = Field(None, description="For NoExecute only.")
+
+
+class AcceleratorSpec(ApiModel):
+    """Which GPUs the engine runs on."""
+
+    sku: str = Field(
+        AUTO,
+        min_length=1,
+        description="A GPU SKU name known to the profile catalog (e.g. H100-80GB, L40S), or "
+        "`auto` to pick from the nodes' nvidia.com/gpu.product labels.",
+    )
+    gpus_per_replica: int | None = Field(
+        None, ge=1, le=8, description="GPUs per engine pod; defaults to tensorParallelSize."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels the pods must match."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations added to the pods."
+    )
+
+
+# --- spec.batching ----------------------------------------------------------------------------
+
+
+class BatchingProfile(StrEnum):
+    """How the tuner trades latency against throughput."""
+
+    interactive = "interactive"
+    balanced = "balanced"
+    throughput = "throughput"
+
+
+class BatchingSpec(ApiModel):
+    """Continuous batching: chunked prefill and the per-step token budget."""
+
+    chunked_prefill: bool = Field(True, description="Split long prompts across steps.")
+    max_num_batched_tokens: int | str = Field(
+        AUTO,
+        description="Per-step token budget, or `auto` to let the tuner pick it for the GPU.",
+        json_schema_extra=_int_or_auto(16, "maxNumBatchedTokens"),
+    )
+    max_num_seqs: int | str = Field(
+        AUTO,
+        description="Most sequences in one step, or `auto`.",
+        json_schema_extra=_int_or_auto(1, "maxNumSeqs"),
+    )
+    profile: BatchingProfile = Field(
+        BatchingProfile.balanced, description="interactive | balanced | throughput."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!(type(self.maxNumBatchedTokens) == int && type(self.maxNumSeqs) == int) || "
+                "self.maxNumBatchedTokens >= self.maxNumSeqs",
+                "maxNumBatchedTokens must be >= maxNumSeqs (each sequence needs a token per step)",
+                ".maxNumBatchedTokens",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _budget_fits_seqs(self) -> Self:
+        _check_int_or_auto(self.max_num_batched_tokens, 16, "maxNumBatchedTokens")
+        _check_int_or_auto(self.max_num_seqs, 1, "maxNumSeqs")
+        budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if isinstance(budget, int) and isinstance(seqs, int) and budget < seqs:
+            raise ValueError(
+                "maxNumBatchedTokens must be >= maxNumSeqs (each sequence needs a token per step)"
+            )
+        return self
+
+
+# --- spec.slo ---------------------------------------------------------------------------------
+
+
+class SloSpec(ApiModel):
+    """Latency objectives the tuner and the autoscaler aim for."""
+
+    ttft_p99: str | None = Field(
+        None, pattern=DURATION_PATTERN, description="P99 time to first token, e.g. 2s."
+    )
+    itl_p99: str | None = Field(
+        None, pattern=DURATION_PATTERN, description="P99 inter-token latency, e.g. 50ms."
+    )
+    attainment: float = Field(
+        0.99, gt=0.5, lt=1.0, description="Fraction of requests that must meet the objectives."
+    )
+
+
+# --- spec.autoscaling -------------------------------------------------------------------------
+
+
+class MetricsSourceType(StrEnum):
+    direct = "direct"
+    prometheus = "prometheus"
+
+
+class MetricsSource(ApiModel):
+    """Where the autoscaler reads engine metrics."""
+
+    type: MetricsSourceType = Field(
+        MetricsSourceType.direct,
+        description="direct: scrape every ready engine pod; prometheus: query a server.",
+    )
+    prometheus_url: str | None = Field(
+        None, pattern=r"^https?://.+", description="Prometheus base URL for type prometheus."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.type != 'prometheus' || has(self.prometheusUrl)",
+                "metrics.prometheusUrl is required when metrics.type is prometheus",
+                ".prometheusUrl",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _url_for_prometheus(self) -> Self:
+        if self.type is MetricsSourceType.prometheus and self.prometheus_url is None:
+            raise ValueError("metrics.prometheusUrl is required when metrics.type is prometheus")
+        return self
+
+
+class AutoscalingSpec(ApiModel):
+    """The SLO autoscaler: bounds, targets and windows."""
+
+    enabled: bool = Field(False, description="Let the autoscaler own spec.replicas.")
+    min_replicas: int = Field(1, ge=1, description="Fewest replicas.")
+    max_replicas: int = Field(4, ge=1, le=1000, description="Most replicas.")
+    target_queue_depth_per_replica: float = Field(
+        4.0, gt=0.0, description="Waiting requests per ready replica that trigger a scale-up."
+    )
+    interval: str = Field("5s", pattern=DURATION_PATTERN, description="Evaluation interval.")
+    scale_up_stabilization: str = Field(
+        "0s", pattern=DURATION_PATTERN, description="Window before a (non-panic) scale-up."
+    )
+    scale_down_stabilization: str = Field(
+        "300s", pattern=DURATION_PATTERN, description="Window of calm before a scale-down."
+    )
+    metrics: MetricsSource = Field(
+        default_factory=MetricsSource, description="Where engine metrics come from."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.minReplicas <= self.maxReplicas",
+                "minReplicas must be <= maxReplicas",
+                ".minReplicas",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must be <= maxReplicas")
+        return self
+
+
+# --- spec -------------------------------------------------------------------------------------
+
+
+class LLMServiceSpec(ApiModel):
+    """What the user asks for: one model served by a tuned vLLM fleet."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="The vLLM engine.")
+    accelerator: AcceleratorSpec = Field(
+        default_factory=AcceleratorSpec, description="GPU SKU and placement."
+    )
+    batching: BatchingSpec = Field(
+        default_factory=BatchingSpec, description="Chunked prefill and token budget."
+    )
+    slo: SloSpec = Field(default_factory=SloSpec, description="Latency objectives.")
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="The SLO autoscaler."
+    )
+    replicas: int = Field(
+        1, ge=0, le=1000, description="Engine replicas; written by the autoscaler when enabled."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "!has(self.accelerator.gpusPerReplica) || "
+                "self.accelerator.gpusPerReplica >= self.engine.tensorParallelSize",
+                "accelerator.gpusPerReplica must be >= engine.tensorParallelSize",
+                ".accelerator.gpusPerReplica",
+            ),
+            (
+                "self.batching.chunkedPrefill || !has(self.engine.maxModelLen) || "
+                "type(self.batching.maxNumBatchedTokens) != int || "
+                "self.batching.maxNumBatchedTokens >= self.engine.maxModelLen",
+                "without chunked prefill, batching.maxNumBatchedTokens must be >= "
+                "engine.maxModelLen (a whole prompt must fit one step)",
+                ".batching.maxNumBatchedTokens",
+            ),
+        )
+    )
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> Self:
+        gpus = self.accelerator.gpus_per_replica
+        if gpus is not None and gpus < self.engine.tensor_parallel_size:
+            raise ValueError("accelerator.gpusPerReplica must be >= engine.tensorParallelSize")
+        budget = self.batching.max_num_batched_tokens
+        max_len = self.engine.max_model_len
+        if (
+            not self.batching.chunked_prefill
+            and max_len is not None
+            and isinstance(budget, int)
+            and budget < max_len
+        ):
+            raise ValueError(
+                "without chunked prefill, batching.maxNumBatchedTokens must be >= "
+                "engine.maxModelLen (a whole prompt must fit one step)"
+            )
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.accelerator.gpus_per_replica or self.engine.tensor_parallel_size
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+class Phase(StrEnum):
+    """One word for people; the conditions carry the detail."""
+
+    Pending = "Pending"
+    Progressing = "Progressing"
+    Ready = "Ready"
+    Degraded = "Degraded"
+    Infeasible = "Infeasible"
+
+
+class ConditionStatus(StrEnum):
+    true = "True"
+    false = "False"
+    unknown = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes condition (metav1.Condition shape)."""
+
+    type: str = Field(min_length=1, description="Ready, Progressing, Degraded or Infeasible.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(min_length=1, description="CamelCase reason.")
+    message: str = Field("", description="What happened, for a person.")
+    last_transition_time: str = Field(description="When status last flipped (RFC 3339).")
+    observed_generation: int | None = Field(None, description="Generation this describes.")
+
+
+class TuningStatus(ApiModel):
+    """What the operator chose for batching, and why."""
+
+    sku: str = Field(description="The GPU SKU the engine runs on.")
+    max_num_batched_tokens: int = Field(description="The per-step token budget in use.")
+    max_num_seqs: int = Field(description="Most sequences per step in use.")
+    source: str = Field(description="Where the figures came from (profile or default).")
+    reason: str = Field(description="Why, in one sentence.")
+
+
+class AutoscalingStatus(ApiModel):
+    """The autoscaler's last decision."""
+
+    desired_replicas: int = Field(description="Replicas the autoscaler asked for.")
+    mode: str = Field(description="steady, scale-up, panic, scale-down or hold.")
+    reason: str = Field(description="Why, in words.")
+    last_decision_time: str = Field(description="When (RFC 3339).")
+
+
+class LLMServiceStatus(ApiModel):
+    """What the operator observed."""
+
+    observed_generation: int | None = Field(None, description="Generation last reconciled.")
+    phase: Phase = Field(Phase.Pending, description="Pending|Progressing|Ready|Degraded|Infeasible")
+    replicas: int = Field(0, description="Engine pods that exist (scale subresource).")
+    ready_replicas: int = Field(0, description="Engine pods that are ready.")
+    selector: str | None = Field(None, description="Label selector of the engine pods.")
+    endpoint: str | None = Field(None, description="OpenAI base URL inside the cluster.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, Infeasible.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")
+    autoscaling: AutoscalingStatus | None = Field(None, description="Last autoscaling decision.")
+
+
+class ObjectMeta(ApiModel):
+    """The few metadata fields the operator reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class LLMService(ApiModel):
+    """The whole object as the operator receives it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["serving.tokenpilot.dev/v1alpha1"] = "serving.tokenpilot.dev/v1alpha1"
+    kind: Literal["LLMService"] = "LLMService"
+    metadata: ObjectMeta
+    spec: LLMServiceSpec
+    status: LLMServiceStatus = Field(default_factory=LLMServiceStatus)
