@@ -1,0 +1,41 @@
+"""`tokenpilot crd`: write the LLMService CRD generated from the API types, or check it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tokenpilot.api.crd import CRD_FILENAME, crd_yaml
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("crds"), help="directory to write into (crds/)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when the committed file differs from the generated one",
+    )
+    parser.add_argument("--stdout", action="store_true", help="print the CRD instead")
+
+
+def run(args: argparse.Namespace) -> int:
+    text = crd_yaml()
+    if args.stdout:
+        sys.stdout.write(text)
+        return 0
+    path: Path = args.out_dir / CRD_FILENAME
+    if args.check:
+        current = path.read_text() if path.exists() else None
+        if current != text:
+            state = "is missing" if current is None else "differs from the API types"
+            print(f"{path} {state}; regenerate it with `tokenpilot crd`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(f"wrote {path}")
+    return 0
