@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from tokenpilot.api import llmservice as api
+from tokenpilot.api.base import ApiModel
 
 CRD_NAME = f"{api.PLURAL}.{api.GROUP}"
 CRD_FILENAME = f"{api.GROUP}_{api.PLURAL}.yaml"
@@ -44,8 +45,7 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, defs)
     if node.get(api.INT_OR_STRING_KEY):
-        out = {k: v for k, v in node.items() if k not in ("anyOf", "type", "title")}
-        return out
+        return {k: v for k, v in node.items() if k not in ("anyOf", "type", "title")}
     if "anyOf" in node:
         branches = [b for b in node["anyOf"] if b.get("type") != "null"]
         if len(branches) != 1:
@@ -83,7 +83,7 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def openapi_schema(model: type[api.ApiModel]) -> dict[str, Any]:
+def openapi_schema(model: type[ApiModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of one API type."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(raw, raw.get("$defs", {}))
