@@ -1,0 +1,78 @@
+"""A request as the engine sees it (token counts, no text) and its mutable sequence state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class InvalidRequest(ValueError):
+    """A request the engine cannot serve, naming the field and the limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One generation request.
+
+    The engine generates exactly `num_output_tokens` tokens and then finishes with
+    `finish_reason` ("length" when the caller ran to max_tokens, "stop" for a stand-in EOS).
+    """
+
+    request_id: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: str = "length"
+
+    def __post_init__(self) -> None:
+        if self.num_prompt_tokens < 1:
+            raise InvalidRequest(
+                f"request {self.request_id}: num_prompt_tokens must be at least 1, "
+                f"got {self.num_prompt_tokens}"
+            )
+        if self.num_output_tokens < 1:
+            raise InvalidRequest(
+                f"request {self.request_id}: num_output_tokens must be at least 1, "
+                f"got {self.num_output_tokens}"
+            )
+
+
+class Sequence:
+    """Scheduler state of one request. Mutable and private to the engine.
+
+    `num_tokens` is prompt plus tokens sampled so far; `num_computed_tokens` is how many of
+    them are in the KV cache. A step that brings the two level samples a token.
+    """
+
+    __slots__ = (
+        "arrival_s",
+        "finish_reason",
+        "first_scheduled_s",
+        "first_token_s",
+        "itl_s",
+        "last_token_s",
+        "num_blocks",
+        "num_computed_tokens",
+        "num_output_target",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "request_id",
+    )
+
+    def __init__(self, request: SimRequest, arrival_s: float, record_itl: bool) -> None:
+        self.request_id = request.request_id
+        self.num_prompt_tokens = request.num_prompt_tokens
+        self.num_output_target = request.num_output_tokens
+        self.finish_reason = request.finish_reason
+        self.arrival_s = arrival_s
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.num_blocks = 0
+        self.num_preemptions = 0
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.last_token_s = 0.0
+        self.itl_s: list[float] | None = [] if record_itl else None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
