@@ -1,0 +1,368 @@
+"""decide(): replicas for one service from one observation, as a pure function.
+
+The algorithm, in the order it is applied:
+
+1. Bounds first: a scale below min_replicas or above max_replicas is corrected whatever the
+   metrics say.
+2. Blindness holds: an observation older than max_observation_age_s, a fleet with no ready pod
+   yet, or a signal that is missing or NaN keeps the replicas as they are and says why. It also
+   restarts both windows, so nothing seen before the gap counts towards a later move.
+3. Signals: queue = waiting requests per scraped pod / target; ITL and TTFT = P99 / SLO (0.0
+   when the window had no traffic). Pressure is the largest ratio.
+4. Pressure above 1 scales up, proportionally: ceil(ready * pressure) replicas are needed.
+   Replicas that are starting count as coming capacity, so if spec.replicas already covers the
+   need the autoscaler waits for them instead of asking again. Outside panic the breach must
+   have lasted scale_up_stabilization_s and the step is at most max_scale_up_step; at
+   pressure >= panic_ratio the window is skipped and the fleet may double.
+5. Otherwise scale down only if every signal has been well under target (scale_down_ratio, the
+   queue as it would be after the step, latencies by the upper edge of their P99 bucket) for
+   scale_down_stabilization_s with every pod visible, and scale_down_step_interval_s has
+   passed since the last step down; then remove max_scale_down_step replicas.
+   A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tokenpilot.core.autoscale.decision import Decision, Mode, Reason, Signals
+from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
+from tokenpilot.core.autoscale.policy import AutoscalePolicy
+
+# Guards ceil() against 3 * (4/3) = 4.0000000001 asking for a fifth replica.
+_EPSILON = 1e-9
+
+
+def decide(
+    policy: AutoscalePolicy, history: History, observation: Observation, now_s: float
+) -> Decision:
+    """The replicas `observation`'s service should have at `now_s`, with mode and reason.
+
+    Pure: the same arguments always give the same Decision. Pass `decision.history` back in on
+    the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
+    from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
+    """
+    current = observation.desired_replicas
+    signals = _signals(policy, observation)
+
+    if current < policy.min_replicas or current > policy.max_replicas:
+        return _to_bounds(policy, history, signals, current, now_s)
+
+    age_s = now_s - observation.observed_at_s
+    if not age_s <= policy.max_observation_age_s:
+        return _hold(
+            Reason.stale_metrics,
+            f"metrics are {age_s:.1f} s old (limit {policy.max_observation_age_s:g} s); "
+            f"keeping {current} replicas until fresh ones arrive",
+            current,
+            signals,
+            history,
+        )
+    if observation.num_pods_expected == 0:
+        return _hold(
+            Reason.no_ready_pods,
+            f"no engine pod is ready yet ({signals.starting_replicas} starting); "
+            f"nothing to measure, keeping {current} replicas",
+            current,
+            signals,
+            history,
+        )
+    missing = _missing(policy, observation)
+    if missing:
+        why = "; ".join(observation.problems) or "no value"
+        return _hold(
+            Reason.missing_metrics,
+            f"cannot read {', '.join(missing)} ({why}); keeping {current} replicas",
+            current,
+            signals,
+            history,
+        )
+
+    if signals.pressure > 1.0:
+        return _scale_up(policy, history, observation, signals, now_s)
+    return _scale_down(policy, history, observation, signals, now_s)
+
+
+def _signals(policy: AutoscalePolicy, observation: Observation) -> Signals:
+    scraped = observation.num_pods_scraped
+    waiting = observation.num_requests_waiting
+    queue_per_replica = None
+    if waiting is not None and math.isfinite(waiting) and scraped > 0:
+        queue_per_replica = waiting / scraped
+    itl_p99_s, itl_ratio = _latency(observation.itl, policy.itl_p99_slo_s)
+    ttft_p99_s, ttft_ratio = _latency(observation.ttft, policy.ttft_p99_slo_s)
+    return Signals(
+        ready_replicas=observation.ready_replicas,
+        starting_replicas=max(0, observation.desired_replicas - observation.ready_replicas),
+        num_pods_scraped=scraped,
+        queue_per_replica=queue_per_replica,
+        queue_ratio=(
+            None
+            if queue_per_replica is None
+            else queue_per_replica / policy.target_queue_per_replica
+        ),
+        itl_p99_s=itl_p99_s,
+        itl_ratio=itl_ratio,
+        ttft_p99_s=ttft_p99_s,
+        ttft_ratio=ttft_ratio,
+        kv_cache_usage=observation.kv_cache_usage,
+    )
+
+
+def _latency(
+    quantile: LatencyQuantile | None, slo_s: float | None
+) -> tuple[float | None, float | None]:
+    if quantile is None or not quantile.valid:
+        return None, None
+    if quantile.idle:
+        return None, (0.0 if slo_s is not None else None)
+    return quantile.p99_s, (quantile.p99_s / slo_s if slo_s is not None else None)
+
+
+def _missing(policy: AutoscalePolicy, observation: Observation) -> list[str]:
+    if observation.num_pods_scraped == 0:
+        return [f"any of the {observation.num_pods_expected} ready pods"]
+    missing = []
+    for name, value in (
+        ("num_requests_waiting", observation.num_requests_waiting),
+        ("num_requests_running", observation.num_requests_running),
+    ):
+        if value is None or not math.isfinite(value):
+            missing.append(name)
+    for name, quantile, slo_s in (
+        ("P99 ITL", observation.itl, policy.itl_p99_slo_s),
+        ("P99 TTFT", observation.ttft, policy.ttft_p99_slo_s),
+    ):
+        if slo_s is not None and (quantile is None or not quantile.valid):
+            missing.append(name)
+    return missing
+
+
+def _to_bounds(
+    policy: AutoscalePolicy, history: History, signals: Signals, current: int, now_s: float
+) -> Decision:
+    desired = policy.clamp(current)
+    if desired > current:
+        return Decision(
+            desired,
+            Mode.scale_up,
+            Reason.below_min,
+            f"{current} replicas is below minReplicas {policy.min_replicas}",
+            signals,
+            replace(history, calm_since_s=None, last_scale_up_s=now_s),
+        )
+    return Decision(
+        desired,
+        Mode.scale_down,
+        Reason.above_max,
+        f"{current} replicas is above maxReplicas {policy.max_replicas}",
+        signals,
+        replace(history, breach_since_s=None, calm_since_s=None, last_scale_down_s=now_s),
+    )
+
+
+def _hold(code: Reason, words: str, current: int, signals: Signals, history: History) -> Decision:
+    # Blind evaluations break both runs: a window must be observed end to end to count.
+    return Decision(
+        current,
+        Mode.hold,
+        code,
+        words,
+        signals,
+        replace(history, breach_since_s=None, calm_since_s=None),
+    )
+
+
+def _scale_up(
+    policy: AutoscalePolicy,
+    history: History,
+    observation: Observation,
+    signals: Signals,
+    now_s: float,
+) -> Decision:
+    current = observation.desired_replicas
+    pressure = signals.pressure
+    code = _dominant(signals)
+    breach_since_s = now_s if history.breach_since_s is None else history.breach_since_s
+    serving = max(observation.ready_replicas, observation.num_pods_expected)
+    needed = math.ceil(serving * pressure - _EPSILON)
+    panic = pressure >= policy.panic_ratio
+    figures = _describe(policy, signals)
+    waiting = replace(history, breach_since_s=breach_since_s, calm_since_s=None)
+
+    if needed <= current:
+        return Decision(
+            current,
+            Mode.hold,
+            Reason.capacity_starting,
+            f"{figures}: {serving} ready replicas need {needed}, and the "
+            f"{signals.starting_replicas} starting ones already make {current}; "
+            "waiting for them to become ready",
+            signals,
+            waiting,
+        )
+    if current >= policy.max_replicas:
+        return Decision(
+            current,
+            Mode.hold,
+            Reason.at_max,
+            f"{figures}: {needed} replicas needed but maxReplicas is {policy.max_replicas}",
+            signals,
+            waiting,
+        )
+    breach_s = now_s - breach_since_s
+    if not panic and breach_s < policy.scale_up_stabilization_s:
+        return Decision(
+            current,
+            Mode.hold,
+            Reason.confirming,
+            f"{figures}: over target for {breach_s:.1f} s of the "
+            f"{policy.scale_up_stabilization_s:g} s scale-up window",
+            signals,
+            waiting,
+        )
+    step_limit = max(policy.max_scale_up_step, current) if panic else policy.max_scale_up_step
+    desired = min(needed, current + step_limit, policy.max_replicas)
+    limits = []
+    if desired < needed:
+        limits.append(
+            f"capped at {desired} by "
+            + ("maxReplicas" if desired == policy.max_replicas else f"a step of {step_limit}")
+        )
+    if observation.num_pods_scraped < observation.num_pods_expected:
+        limits.append(f"seen on {observation.num_pods_scraped} of {serving} pods")
+    tail = f" ({'; '.join(limits)})" if limits else ""
+    return Decision(
+        desired,
+        Mode.panic if panic else Mode.scale_up,
+        code,
+        f"{figures}: {pressure:.2f}x target, {serving} ready replicas need {needed}; "
+        f"scaling {current} -> {desired}{tail}",
+        signals,
+        replace(waiting, last_scale_up_s=now_s),
+    )
+
+
+def _scale_down(
+    policy: AutoscalePolicy,
+    history: History,
+    observation: Observation,
+    signals: Signals,
+    now_s: float,
+) -> Decision:
+    current = observation.desired_replicas
+    figures = _describe(policy, signals)
+    unseen = observation.num_pods_expected - observation.num_pods_scraped
+    if unseen > 0:
+        why = "; ".join(observation.problems) or "no answer"
+        return _hold(
+            Reason.partial_scrape,
+            f"{figures} on {observation.num_pods_scraped} of {observation.num_pods_expected} "
+            f"pods; {unseen} could not be read ({why}); not scaling down while blind",
+            current,
+            signals,
+            history,
+        )
+    step = min(policy.max_scale_down_step, current - policy.min_replicas)
+    within = replace(history, breach_since_s=None, calm_since_s=None)
+    if step <= 0:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.within_targets,
+            f"{figures}: within targets at minReplicas {policy.min_replicas}",
+            signals,
+            within,
+        )
+    if not _calm(policy, observation, current - step):
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.within_targets,
+            f"{figures}: within targets, not enough headroom to remove a replica",
+            signals,
+            within,
+        )
+    calm_since_s = now_s if history.calm_since_s is None else history.calm_since_s
+    calm = replace(history, breach_since_s=None, calm_since_s=calm_since_s)
+    calm_s = now_s - calm_since_s
+    if calm_s < policy.scale_down_stabilization_s:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.stabilizing,
+            f"{figures}: headroom for {calm_s:.0f} s of the "
+            f"{policy.scale_down_stabilization_s:g} s scale-down window",
+            signals,
+            calm,
+        )
+    since_step_s = (
+        math.inf if history.last_scale_down_s is None else now_s - history.last_scale_down_s
+    )
+    if since_step_s < policy.scale_down_step_interval_s:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.stabilizing,
+            f"{figures}: last step down {since_step_s:.0f} s ago, next after "
+            f"{policy.scale_down_step_interval_s:g} s",
+            signals,
+            calm,
+        )
+    return Decision(
+        current - step,
+        Mode.scale_down,
+        Reason.sustained_headroom,
+        f"{figures}: every signal under {policy.scale_down_ratio:g}x target for "
+        f"{calm_s:.0f} s; scaling {current} -> {current - step}",
+        signals,
+        replace(calm, last_scale_down_s=now_s),
+    )
+
+
+def _calm(policy: AutoscalePolicy, observation: Observation, replicas_after: int) -> bool:
+    """Every signal well under target, the queue as it would be on `replicas_after`."""
+    ratio = policy.scale_down_ratio
+    waiting = observation.num_requests_waiting or 0.0
+    if waiting / max(1, replicas_after) > ratio * policy.target_queue_per_replica:
+        return False
+    for quantile, slo_s in (
+        (observation.itl, policy.itl_p99_slo_s),
+        (observation.ttft, policy.ttft_p99_slo_s),
+    ):
+        if slo_s is None or quantile is None or quantile.idle:
+            continue
+        if quantile.bound_s > ratio * slo_s:
+            return False
+    return True
+
+
+def _dominant(signals: Signals) -> Reason:
+    candidates = [
+        (signals.queue_ratio, Reason.queue_over_target),
+        (signals.itl_ratio, Reason.itl_over_slo),
+        (signals.ttft_ratio, Reason.ttft_over_slo),
+    ]
+    return max(
+        ((ratio, code) for ratio, code in candidates if ratio is not None),
+        key=lambda pair: pair[0],
+    )[1]
+
+
+def _describe(policy: AutoscalePolicy, signals: Signals) -> str:
+    parts = []
+    if signals.queue_per_replica is not None:
+        parts.append(
+            f"queue {signals.queue_per_replica:.1f}/replica "
+            f"(target {policy.target_queue_per_replica:g})"
+        )
+    for name, value, ratio, slo_s in (
+        ("ITL", signals.itl_p99_s, signals.itl_ratio, policy.itl_p99_slo_s),
+        ("TTFT", signals.ttft_p99_s, signals.ttft_ratio, policy.ttft_p99_slo_s),
+    ):
+        if slo_s is None:
+            continue
+        shown = "idle" if value is None and ratio == 0.0 else f"{value:.3f} s"
+        parts.append(f"P99 {name} {shown} (SLO {slo_s:g} s)")
+    return ", ".join(parts)

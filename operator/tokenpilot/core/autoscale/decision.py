@@ -1,0 +1,86 @@
+"""What decide() returns: the replica count, the mode, the reason (a code and words), the
+signals it used and the history to pass to the next call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from tokenpilot.core.autoscale.observation import History
+
+
+class Mode(StrEnum):
+    """The autoscaler's posture in one evaluation."""
+
+    steady = "steady"  # nothing to do: within targets, or calm but still inside the window
+    scale_up = "scale-up"
+    panic = "panic"  # a large breach: scaled up without waiting for the window
+    scale_down = "scale-down"
+    hold = "hold"  # wanted to act (or could not see) and kept the replicas as they are
+
+
+class Reason(StrEnum):
+    """A closed set of reason codes: Event reasons and the `reason` label of the decisions
+    counter. The words in `Decision.reason` carry the figures.
+    """
+
+    below_min = "BelowMinReplicas"
+    above_max = "AboveMaxReplicas"
+    stale_metrics = "StaleMetrics"
+    missing_metrics = "MissingMetrics"
+    partial_scrape = "PartialScrape"
+    no_ready_pods = "NoReadyPods"
+    queue_over_target = "QueueOverTarget"
+    itl_over_slo = "ItlOverSlo"
+    ttft_over_slo = "TtftOverSlo"
+    confirming = "ConfirmingBreach"
+    capacity_starting = "CapacityStarting"
+    at_max = "AtMaxReplicas"
+    within_targets = "WithinTargets"
+    stabilizing = "StabilizingScaleDown"
+    sustained_headroom = "SustainedHeadroom"
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """The figures behind a decision. Ratios are signal / target (1.0 = at target); a ratio is
+    None when its signal was missing or has no target, and 0.0 when the window was idle.
+    """
+
+    ready_replicas: int
+    starting_replicas: int
+    num_pods_scraped: int
+    queue_per_replica: float | None = None
+    queue_ratio: float | None = None
+    itl_p99_s: float | None = None
+    itl_ratio: float | None = None
+    ttft_p99_s: float | None = None
+    ttft_ratio: float | None = None
+    kv_cache_usage: float | None = None
+
+    @property
+    def pressure(self) -> float:
+        """The largest ratio: how far over (or under) target the service is as a whole."""
+        ratios = [r for r in (self.queue_ratio, self.itl_ratio, self.ttft_ratio) if r is not None]
+        return max(ratios, default=0.0)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """Plain figures for status, logs and the simulator's timeline."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One evaluation's outcome. `history` is what to pass to the next decide() call."""
+
+    desired_replicas: int
+    mode: Mode
+    reason_code: Reason
+    reason: str
+    signals: Signals
+    history: History
+
+    def changes(self, current_replicas: int) -> bool:
+        """Whether applying the decision moves the scale away from `current_replicas`."""
+        return self.desired_replicas != current_replicas

@@ -1,0 +1,87 @@
+"""What a metrics source saw of one service at one time, and the history decide() threads on.
+
+Both are small frozen values. A metrics source fills the metric fields; the caller adds the
+replica counts from the cluster (or the simulator's fleet). A field set to None means "could not
+be read" and makes decide() hold; zero traffic is not missing: a latency histogram with no
+observations in the window reads as `LatencyQuantile(num_observations=0)`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyQuantile:
+    """A P99 over the window, from histogram bucket deltas summed over the scraped pods.
+
+    `upper_bound_s` is the upper edge of the bucket that holds the P99: the exact P99 is never
+    above it. When a caller has no bucket edges (a simulator with exact samples) it may leave it
+    None and the estimate is used as its own bound.
+    """
+
+    p99_s: float
+    num_observations: float
+    upper_bound_s: float | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No tokens (or requests) in the window: nothing to measure, nothing wrong."""
+        return self.num_observations <= 0
+
+    @property
+    def valid(self) -> bool:
+        """Idle, or a finite non-negative estimate."""
+        return self.idle or (math.isfinite(self.p99_s) and self.p99_s >= 0)
+
+    @property
+    def bound_s(self) -> float:
+        """The value to test "well under target" against: the bucket edge when known."""
+        if self.upper_bound_s is None or math.isnan(self.upper_bound_s):
+            return self.p99_s
+        return max(self.p99_s, self.upper_bound_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One service's signals at `observed_at_s` (same clock as decide's `now_s`).
+
+    Replica counts:
+    - `desired_replicas`: the scale subresource's spec.replicas when observed.
+    - `ready_replicas`: engine pods that are Ready; `desired - ready` are starting.
+    - `num_pods_expected`: ready pods the source tried to read; `num_pods_scraped`: those it
+      read successfully. Sums below cover the scraped pods only.
+
+    Metric fields are None when the source could not read them; `problems` says why, one short
+    sentence per problem (a pod that refused the connection, a server that answered garbage).
+    """
+
+    observed_at_s: float
+    desired_replicas: int
+    ready_replicas: int
+    num_pods_expected: int
+    num_pods_scraped: int
+    num_requests_waiting: float | None
+    num_requests_running: float | None
+    itl: LatencyQuantile | None
+    ttft: LatencyQuantile | None
+    kv_cache_usage: float | None = None
+    window_s: float = 0.0
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What decide() remembers between evaluations; start from `History()`.
+
+    - `breach_since_s`: start of the current run of evaluations with a signal over target.
+    - `calm_since_s`: start of the current run with every signal well under target and the
+      whole fleet visible.
+    - `last_scale_up_s` / `last_scale_down_s`: when decide() last moved each way.
+    """
+
+    breach_since_s: float | None = None
+    calm_since_s: float | None = None
+    last_scale_up_s: float | None = None
+    last_scale_down_s: float | None = None

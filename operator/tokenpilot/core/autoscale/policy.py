@@ -1,0 +1,91 @@
+"""The autoscaling policy: bounds, targets, windows and step limits, with the default reasons.
+
+A policy is a plain frozen value. The operator builds one from an LLMService's `spec.autoscaling`
+and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
+
+- `target_queue_per_replica = 4.0`: vLLM admits waiting requests at the next step when a batch
+  slot and KV blocks are free, so a few waiting requests per engine are arrival jitter; a queue
+  that stays above a handful means the engine is full and every new request pays a whole
+  request's worth of waiting in its TTFT.
+- `itl_p99_slo_s` / `ttft_p99_slo_s`: none by default; they come from `spec.slo`. A signal with
+  no objective is reported but does not drive scaling.
+- `panic_ratio = 2.0`: a signal at twice its target is not noise; waiting would only make the
+  backlog longer, so panic skips the scale-up window and may double the fleet in one step.
+- `scale_up_stabilization_s = 0`: react in the evaluation that sees the breach (the whole point
+  against HPA's 15-30 s loop); counting starting replicas is what prevents repeated scale-ups.
+- `max_scale_up_step = 4`: outside panic, add at most four replicas per decision so one bad
+  sample cannot claim a rack of GPUs; panic allows `max(4, current)` (doubling).
+- `scale_down_stabilization_s = 300`: the same calm window Kubernetes' HPA uses; a replica
+  removed too early costs a model load (minutes) to bring back, one kept too long costs minutes
+  of GPU time, so scale-down is deliberately slow.
+- `scale_down_ratio = 0.5`: "well under target" means every signal at or below half its target.
+  The queue is checked as it would be after the step down (waiting spread over fewer replicas);
+  ITL and TTFT are checked on the upper edge of the histogram bucket holding the P99, so coarse
+  buckets can only make the autoscaler more cautious (see docs/autoscaling.md for the measured
+  interpolation error).
+- `max_scale_down_step = 1` and `scale_down_step_interval_s = 30`: after the window, remove one
+  replica at a time and let the new load settle for a metrics window before the next.
+- `max_observation_age_s = 15`: three default intervals; an older observation is stale and the
+  autoscaler holds rather than act on a past it cannot confirm.
+
+`min_replicas` is at least 1: with no engine running there is no metric to scale up from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class InvalidPolicy(ValueError):
+    """A policy whose fields contradict each other; the message names the field and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalePolicy:
+    """What the autoscaler aims for and how fast it may move. See the module docstring."""
+
+    min_replicas: int = 1
+    max_replicas: int = 4
+    target_queue_per_replica: float = 4.0
+    itl_p99_slo_s: float | None = None
+    ttft_p99_slo_s: float | None = None
+    panic_ratio: float = 2.0
+    scale_up_stabilization_s: float = 0.0
+    max_scale_up_step: int = 4
+    scale_down_stabilization_s: float = 300.0
+    scale_down_ratio: float = 0.5
+    max_scale_down_step: int = 1
+    scale_down_step_interval_s: float = 30.0
+    max_observation_age_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.min_replicas < 1:
+            raise InvalidPolicy("minReplicas must be >= 1 (no engine, no metrics to scale on)")
+        if self.max_replicas < self.min_replicas:
+            raise InvalidPolicy(
+                f"maxReplicas ({self.max_replicas}) must be >= minReplicas ({self.min_replicas})"
+            )
+        if not self.target_queue_per_replica > 0:
+            raise InvalidPolicy("targetQueueDepthPerReplica must be > 0")
+        for name, slo in (("slo.itlP99", self.itl_p99_slo_s), ("slo.ttftP99", self.ttft_p99_slo_s)):
+            if slo is not None and not slo > 0:
+                raise InvalidPolicy(f"{name} must be a positive duration")
+        if not self.panic_ratio > 1:
+            raise InvalidPolicy("panic_ratio must be > 1 (it multiplies the target)")
+        if not 0 < self.scale_down_ratio < 1:
+            raise InvalidPolicy("scale_down_ratio must be in (0, 1) to leave a hysteresis band")
+        if self.max_scale_up_step < 1 or self.max_scale_down_step < 1:
+            raise InvalidPolicy("max_scale_up_step and max_scale_down_step must be >= 1")
+        for name, seconds in (
+            ("scaleUpStabilization", self.scale_up_stabilization_s),
+            ("scaleDownStabilization", self.scale_down_stabilization_s),
+            ("scale_down_step_interval_s", self.scale_down_step_interval_s),
+        ):
+            if seconds < 0:
+                raise InvalidPolicy(f"{name} must be >= 0 seconds")
+        if not self.max_observation_age_s > 0:
+            raise InvalidPolicy("max_observation_age_s must be > 0")
+
+    def clamp(self, replicas: int) -> int:
+        """`replicas` forced into [min_replicas, max_replicas]."""
+        return max(self.min_replicas, min(self.max_replicas, replicas))
