@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.core.errors import InvalidSpec
 
-class InvalidEngineConfig(ValueError):
+
+class InvalidEngineConfig(InvalidSpec):
     """Engine limits that vLLM itself would refuse at start, with the field and the fix."""
 
 

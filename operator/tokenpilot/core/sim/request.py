@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.core.errors import TokenPilotError
 
-class InvalidRequest(ValueError):
+
+class InvalidRequest(TokenPilotError, ValueError):
     """A request the engine cannot serve, naming the field and the limit."""
 
 
