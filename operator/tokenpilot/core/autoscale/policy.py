@@ -35,9 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.core.errors import InvalidSpec
 
-class InvalidPolicy(ValueError):
-    """A policy whose fields contradict each other; the message names the field and the fix."""
+
+class InvalidPolicy(InvalidSpec):
+    """spec.autoscaling (or a simulated policy) contradicts itself; the message names the field."""
 
 
 @dataclass(frozen=True, slots=True)
