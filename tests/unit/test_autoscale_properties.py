@@ -1,0 +1,143 @@
+"""Properties of decide() that must hold for every input, not just the recorded series."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from autoscale_fleet import ITL_SLO_S, direction_changes, drive
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tokenpilot.core.autoscale import (
+    AutoscalePolicy,
+    History,
+    LatencyQuantile,
+    Observation,
+    decide,
+)
+
+maybe_float = st.one_of(
+    st.none(),
+    st.just(math.nan),
+    st.just(math.inf),
+    st.floats(0, 500, allow_nan=False),
+)
+quantiles = st.one_of(
+    st.none(),
+    st.builds(
+        LatencyQuantile,
+        p99_s=st.one_of(st.just(math.nan), st.floats(0, 5, allow_nan=False)),
+        num_observations=st.sampled_from([0.0, 1.0, 500.0]),
+        upper_bound_s=st.one_of(st.none(), st.floats(0, 10, allow_nan=False)),
+    ),
+)
+
+
+@st.composite
+def policies(draw):
+    min_replicas = draw(st.integers(1, 5))
+    return AutoscalePolicy(
+        min_replicas=min_replicas,
+        max_replicas=draw(st.integers(min_replicas, 20)),
+        target_queue_per_replica=draw(st.floats(0.5, 20)),
+        itl_p99_slo_s=draw(st.one_of(st.none(), st.floats(0.01, 1))),
+        ttft_p99_slo_s=draw(st.one_of(st.none(), st.floats(0.1, 10))),
+        scale_up_stabilization_s=draw(st.sampled_from([0.0, 10.0])),
+        scale_down_stabilization_s=draw(st.sampled_from([0.0, 60.0, 300.0])),
+        scale_down_step_interval_s=draw(st.sampled_from([0.0, 30.0])),
+        max_scale_up_step=draw(st.integers(1, 6)),
+        max_scale_down_step=draw(st.integers(1, 3)),
+    )
+
+
+@st.composite
+def observations(draw):
+    desired = draw(st.integers(0, 30))
+    ready = draw(st.integers(0, desired + 2))
+    expected = draw(st.integers(0, ready))
+    return Observation(
+        observed_at_s=draw(st.floats(900, 1000)),
+        desired_replicas=desired,
+        ready_replicas=ready,
+        num_pods_expected=expected,
+        num_pods_scraped=draw(st.integers(0, expected)),
+        num_requests_waiting=draw(maybe_float),
+        num_requests_running=draw(maybe_float),
+        itl=draw(quantiles),
+        ttft=draw(quantiles),
+        kv_cache_usage=draw(st.one_of(st.none(), st.floats(0, 1))),
+    )
+
+
+histories = st.builds(
+    History,
+    breach_since_s=st.one_of(st.none(), st.floats(0, 1000)),
+    calm_since_s=st.one_of(st.none(), st.floats(0, 1000)),
+    last_scale_up_s=st.one_of(st.none(), st.floats(0, 1000)),
+    last_scale_down_s=st.one_of(st.none(), st.floats(0, 1000)),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(policies(), histories, observations())
+def test_never_outside_min_max(policy, history, observation):
+    decision = decide(policy, history, observation, 1000.0)
+    assert policy.min_replicas <= decision.desired_replicas <= policy.max_replicas
+    assert decision.reason
+
+
+def _blind(policy: AutoscalePolicy, observation: Observation, now_s: float) -> bool:
+    def bad(value):
+        return value is None or not math.isfinite(value)
+
+    def bad_quantile(quantile, slo_s):
+        return slo_s is not None and (quantile is None or not quantile.valid)
+
+    return (
+        now_s - observation.observed_at_s > policy.max_observation_age_s
+        or observation.num_pods_scraped < observation.num_pods_expected
+        or observation.num_pods_expected == 0
+        or bad(observation.num_requests_waiting)
+        or bad(observation.num_requests_running)
+        or bad_quantile(observation.itl, policy.itl_p99_slo_s)
+        or bad_quantile(observation.ttft, policy.ttft_p99_slo_s)
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(policies(), histories, observations())
+def test_never_scales_down_when_a_signal_is_missing(policy, history, observation):
+    assume(policy.min_replicas <= observation.desired_replicas <= policy.max_replicas)
+    assume(_blind(policy, observation, 1000.0))
+    decision = decide(policy, history, observation, 1000.0)
+    assert decision.desired_replicas >= observation.desired_replicas
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    load=st.floats(0.05, 6.0),
+    replicas=st.integers(1, 8),
+    seed=st.integers(0, 10_000),
+    window_s=st.sampled_from([60.0, 120.0, 300.0]),
+)
+def test_at_most_one_direction_change_per_window_under_noisy_steady_load(
+    load, replicas, seed, window_s
+):
+    policy = AutoscalePolicy(
+        min_replicas=1,
+        max_replicas=10,
+        itl_p99_slo_s=ITL_SLO_S,
+        scale_down_stabilization_s=window_s,
+    )
+    ticks = drive(
+        policy,
+        lambda t: load,
+        duration_s=4 * window_s + 120,
+        replicas=replicas,
+        noise=0.10,
+        seed=seed,
+    )
+    changes = direction_changes(ticks)
+    for earlier, later in itertools.pairwise(changes):
+        assert later - earlier >= window_s, (changes, load, replicas)
