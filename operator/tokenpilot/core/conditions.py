@@ -1,0 +1,58 @@
+"""Kubernetes-style conditions: a list keyed by type, one helper to set one.
+
+`set_condition` keeps lastTransitionTime unless the status flips, so a reconcile that learns
+nothing new produces an identical list (and therefore no status write). Time comes in as an
+RFC 3339 string; nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tokenpilot.api.llmservice import Condition, ConditionStatus
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+INFEASIBLE = "Infeasible"
+# Conditions are listed in this order, then any others by type, so output is stable.
+ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
+
+
+def find(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def _sort_key(condition: Condition) -> tuple[int, str]:
+    rank = ORDER.index(condition.type) if condition.type in ORDER else len(ORDER)
+    return rank, condition.type
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    *,
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    observed_generation: int,
+    now: str,
+) -> list[Condition]:
+    """The list with `type_` set; lastTransitionTime moves only when the status flips."""
+    previous = find(conditions, type_)
+    since = previous.last_transition_time if previous and previous.status == status else now
+    updated = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=observed_generation,
+    )
+    rest = [c for c in conditions if c.type != type_]
+    return sorted([*rest, updated], key=_sort_key)
+
+
+def is_true(conditions: Sequence[Condition], type_: str) -> bool:
+    found = find(conditions, type_)
+    return found is not None and found.status == ConditionStatus.true

@@ -1,0 +1,394 @@
+"""Render one LLMService into the Kubernetes objects that serve it.
+
+`render(service, facts)` returns plain dicts (Deployment, Service, PodDisruptionBudget and,
+when that CRD is served, a ServiceMonitor) ready for server-side apply. It is deterministic:
+the same inputs give byte-identical output (env sorted by name, tolerations in a fixed order),
+and the Deployment carries a hash of its own spec so a person can see at a glance whether two
+revisions differ. Facts are what the cluster told us; nothing here reads the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.api.llmservice import API_VERSION, KIND, LLMService
+from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.sku import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
+MANAGED_BY = "tokenpilot"
+SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
+SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
+HTTP_PORT = 8000
+CACHE_MOUNT = "/root/.cache/huggingface"
+PVC_MOUNT_ROOT = "/models"
+
+# Every flag the renderer may put on the `vllm serve` command line, mapped to the spec field
+# that sets it. An engine-tier test checks each against the real vLLM argument parser, and a
+# user extraArg naming one of them is refused rather than silently overriding the operator.
+EMITTED_VLLM_FLAGS: dict[str, str] = {
+    "--served-model-name": "spec.model.name",
+    "--revision": "spec.model.revision",
+    "--host": "the operator (it serves on 0.0.0.0)",
+    "--port": f"the operator (it serves on port {HTTP_PORT})",
+    "--tensor-parallel-size": "spec.engine.tensorParallelSize",
+    "--gpu-memory-utilization": "spec.engine.gpuMemoryUtilization",
+    "--max-model-len": "spec.engine.maxModelLen",
+    "--max-num-batched-tokens": "spec.batching.maxNumBatchedTokens",
+    "--max-num-seqs": "spec.batching.maxNumSeqs",
+    "--enable-chunked-prefill": "spec.batching.chunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.batching.chunkedPrefill",
+    "--download-dir": "the operator (the model cache volume)",
+}
+# Flags that are not emitted but would contradict what is emitted.
+_RESERVED_FLAGS: dict[str, str] = {
+    "--model": "spec.model.source",
+    "-tp": "spec.engine.tensorParallelSize",
+}
+# Environment the renderer sets; a user env entry with one of these names is refused.
+_RESERVED_ENV = ("HF_HOME", "HF_TOKEN")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The batching settings in use and where they came from."""
+
+    token_budget: int
+    max_num_seqs: int
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RenderFacts:
+    """What the cluster and the planner told us, as data."""
+
+    sku_name: str
+    gpu_product_labels: tuple[str, ...]
+    tuning: Tuning
+    service_monitor_served: bool = False
+    model_load_budget_s: int = 900
+
+
+def labels(service: LLMService) -> dict[str, str]:
+    """Labels on every object rendered for this service."""
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": service.metadata.name,
+        "app.kubernetes.io/component": "engine",
+        "app.kubernetes.io/part-of": "tokenpilot",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        SERVICE_LABEL: service.metadata.name,
+    }
+
+
+def selector(service: LLMService) -> dict[str, str]:
+    """The engine pods' selector; one label, so it never needs to change (it is immutable)."""
+    return {SERVICE_LABEL: service.metadata.name}
+
+
+def selector_string(service: LLMService) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector(service).items()))
+
+
+def endpoint(service: LLMService) -> str:
+    meta = service.metadata
+    return f"http://{meta.name}.{meta.namespace}.svc:{HTTP_PORT}/v1"
+
+
+def owner_reference(service: LLMService) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": service.metadata.name,
+        "uid": service.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(service: LLMService, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": service.metadata.namespace,
+        "labels": labels(service),
+        "ownerReferences": [owner_reference(service)],
+    }
+
+
+def _model_arg(source: str) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The positional model argument, plus the volumes and mounts the source needs."""
+    scheme, _, rest = source.partition("://")
+    if scheme == "hf":
+        return rest, [], []
+    if scheme == "file":
+        return rest if rest.startswith("/") else "/" + rest, [], []
+    if scheme == "pvc":
+        claim, _, path = rest.partition("/")
+        mount = f"{PVC_MOUNT_ROOT}/{claim}"
+        volume = {
+            "name": "model-pvc",
+            "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+        }
+        volume_mount = {"name": "model-pvc", "mountPath": mount, "readOnly": True}
+        return f"{mount}/{path}".rstrip("/"), [volume], [volume_mount]
+    # s3:// and anything vLLM can stream itself is passed through unchanged.
+    return source, [], []
+
+
+def _flag_name(arg: str) -> str:
+    """`--max_num_seqs=8` -> `--max-num-seqs` (vLLM accepts both spellings)."""
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        return "--" + name[2:].replace("_", "-")
+    return name
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Refuse an extraArg that names a flag the operator sets; say which field to use."""
+    owned = {**EMITTED_VLLM_FLAGS, **_RESERVED_FLAGS}
+    for arg in extra_args:
+        if not arg.startswith("-"):
+            continue
+        name = _flag_name(arg)
+        if name in owned:
+            raise InvalidSpec(
+                f"spec.engine.extraArgs sets {name}, which the operator sets from "
+                f"{owned[name]}; remove it from extraArgs and set that field instead"
+            )
+
+
+def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
+    """The `vllm serve` arguments, in a fixed order, then the user's extraArgs."""
+    spec = service.spec
+    check_extra_args(spec.engine.extra_args)
+    model, _, _ = _model_arg(spec.model.source)
+    args = [
+        model,
+        "--served-model-name",
+        spec.model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(HTTP_PORT),
+        "--download-dir",
+        CACHE_MOUNT,
+        "--tensor-parallel-size",
+        str(spec.engine.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        f"{spec.engine.gpu_memory_utilization:g}",
+        "--max-num-batched-tokens",
+        str(facts.tuning.token_budget),
+        "--max-num-seqs",
+        str(facts.tuning.max_num_seqs),
+        "--enable-chunked-prefill"
+        if spec.batching.chunked_prefill
+        else "--no-enable-chunked-prefill",
+    ]
+    if spec.engine.max_model_len is not None:
+        args += ["--max-model-len", str(spec.engine.max_model_len)]
+    if spec.model.revision is not None:
+        args += ["--revision", spec.model.revision]
+    return args + list(spec.engine.extra_args)
+
+
+def _env(service: LLMService) -> list[dict[str, Any]]:
+    spec = service.spec
+    env: dict[str, dict[str, Any]] = {}
+    for var in spec.engine.env:
+        if var.name in _RESERVED_ENV:
+            raise InvalidSpec(
+                f"spec.engine.env sets {var.name}, which the operator sets "
+                "(HF_HOME is the model cache; HF_TOKEN comes from spec.model.hubTokenSecret)"
+            )
+        env[var.name] = {"name": var.name, "value": var.value}
+    env["HF_HOME"] = {"name": "HF_HOME", "value": CACHE_MOUNT}
+    secret = spec.model.hub_token_secret
+    if secret is not None:
+        env["HF_TOKEN"] = {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+        }
+    return [env[name] for name in sorted(env)]
+
+
+def _resources(service: LLMService) -> dict[str, Any]:
+    engine = service.spec.engine
+    gpus = str(service.spec.gpus_per_replica)
+    requests: dict[str, str] = {GPU_RESOURCE: gpus}
+    limits: dict[str, str] = {GPU_RESOURCE: gpus}
+    for target, given in ((requests, engine.resources.requests), (limits, engine.resources.limits)):
+        if given.cpu is not None:
+            target["cpu"] = given.cpu
+        if given.memory is not None:
+            target["memory"] = given.memory
+    return {"requests": dict(sorted(requests.items())), "limits": dict(sorted(limits.items()))}
+
+
+def _tolerations(service: LLMService) -> list[dict[str, Any]]:
+    # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule; engine pods always tolerate it.
+    out = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    for tol in service.spec.accelerator.tolerations:
+        entry = tol.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def _probes(facts: RenderFacts) -> dict[str, Any]:
+    def http(period_s: int, failures: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": period_s,
+            "timeoutSeconds": 5,
+            "failureThreshold": failures,
+        }
+
+    # The startup probe holds off the other two until the weights are loaded and the CUDA
+    # graphs captured; its budget scales with the model (see plan_load_budget_s).
+    startup_period_s = 10
+    return {
+        "startupProbe": http(startup_period_s, -(-facts.model_load_budget_s // startup_period_s)),
+        "readinessProbe": http(5, 3),
+        "livenessProbe": http(10, 6),
+    }
+
+
+def model_load_budget_s(weight_bytes: float, tensor_parallel_size: int) -> int:
+    """Seconds a replica may take to become healthy: a download at an assumed 100 MiB/s plus
+    five minutes for loading, compiling and capturing CUDA graphs, all doubled for slack.
+    Sharding does not speed up the download, so tensor parallelism does not enter the first
+    term; it adds a minute per extra rank for the distributed start."""
+    download_s = weight_bytes / (100 * 2**20)
+    return int(2 * (300 + download_s + 60 * (tensor_parallel_size - 1)))
+
+
+def spec_hash(obj: dict[str, Any]) -> str:
+    """A short, stable hash of a manifest's content."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]:
+    spec = service.spec
+    _, model_volumes, model_mounts = _model_arg(spec.model.source)
+    shm_gib = 8 if spec.engine.tensor_parallel_size > 1 else 2
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
+        {"name": "model-cache", "emptyDir": {}},
+        *model_volumes,
+    ]
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "model-cache", "mountPath": CACHE_MOUNT},
+        *model_mounts,
+    ]
+    container = {
+        "name": "vllm",
+        "image": spec.engine.image,
+        "args": vllm_args(service, facts),
+        "env": _env(service),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "resources": _resources(service),
+        "volumeMounts": mounts,
+        **_probes(facts),
+    }
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": GPU_PRODUCT_LABEL,
+                                "operator": "In",
+                                "values": sorted(facts.gpu_product_labels),
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "affinity": affinity,
+        "tolerations": _tolerations(service),
+        "volumes": volumes,
+        # In-flight requests get time to finish when a replica is scaled away.
+        "terminationGracePeriodSeconds": 60,
+    }
+    if spec.accelerator.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(spec.accelerator.node_selector.items()))
+    template = {
+        "metadata": {
+            "labels": labels(service),
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(HTTP_PORT),
+                "prometheus.io/path": "/metrics",
+            },
+        },
+        "spec": pod_spec,
+    }
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector(service)},
+        # One extra pod at a time and never fewer ready than asked: a roll keeps capacity.
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        },
+        "template": template,
+    }
+    metadata = _metadata(service, service.metadata.name)
+    metadata["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(deployment_spec)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {"replicas": spec.replicas, **deployment_spec},
+    }
+
+
+def render_service(service: LLMService) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(service, service.metadata.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(service),
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def render_pdb(service: LLMService) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(service, service.metadata.name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(service)}},
+    }
+
+
+def render_service_monitor(service: LLMService) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _metadata(service, service.metadata.name),
+        "spec": {
+            "selector": {"matchLabels": selector(service)},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def render(service: LLMService, facts: RenderFacts) -> list[dict[str, Any]]:
+    """Every object that serves `service`, in apply order. Raises InvalidSpec."""
+    manifests = [render_deployment(service, facts), render_service(service), render_pdb(service)]
+    if facts.service_monitor_served:
+        manifests.append(render_service_monitor(service))
+    return manifests

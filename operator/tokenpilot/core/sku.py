@@ -1,0 +1,178 @@
+"""Which GPU SKU an LLMService runs on, decided from what the nodes say about themselves.
+
+The algorithm:
+  1. Keep the nodes that can take one engine pod: schedulable, matching the user's node
+     selector, with at least `gpus_per_replica` allocatable nvidia.com/gpu.
+  2. Group them by their nvidia.com/gpu.product label and map each product to a GPU profile;
+     products no profile knows are skipped (and named in the reason).
+  3. A named SKU must be among the groups, else the spec is Infeasible (no node can host it).
+     For `auto`, drop the SKUs the model's weights do not fit, then take the one with the most
+     allocatable GPUs (the most room to scale), breaking ties by memory, then by name.
+Pure: nodes come in as facts, the profile lookup as a function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tokenpilot.core.errors import Infeasible, UnknownGPU
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+AUTO = "auto"
+
+
+class GpuSku(Protocol):
+    """What SKU choice needs from a GPU profile."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gpu_product_labels(self) -> Sequence[str]: ...
+
+    @property
+    def memory_gib(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node as the SKU choice sees it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable_gpus: int = 0
+    unschedulable: bool = False
+
+    @property
+    def gpu_product(self) -> str | None:
+        return self.labels.get(GPU_PRODUCT_LABEL)
+
+
+@dataclass(frozen=True)
+class SkuChoice:
+    """The chosen SKU, the product labels its pods may land on, and why."""
+
+    sku: GpuSku
+    product_labels: tuple[str, ...]
+    num_nodes: int
+    num_allocatable_gpus: int
+    reason: str
+
+
+# lookup(product_label) -> profile, raising UnknownGPU; fits(profile) -> None or why not.
+ProductLookup = Callable[[str], GpuSku]
+FitCheck = Callable[[GpuSku], str | None]
+
+
+def _eligible(
+    nodes: Sequence[NodeFacts], gpus_per_replica: int, node_selector: Mapping[str, str]
+) -> list[NodeFacts]:
+    return [
+        n
+        for n in nodes
+        if not n.unschedulable
+        and n.gpu_product is not None
+        and n.allocatable_gpus >= gpus_per_replica
+        and all(n.labels.get(k) == v for k, v in node_selector.items())
+    ]
+
+
+def _describe(groups: Mapping[str, list[NodeFacts]]) -> str:
+    if not groups:
+        return "no schedulable GPU node"
+    parts = [
+        f"{name} ({len(ns)} node(s), {sum(n.allocatable_gpus for n in ns)} GPUs)"
+        for name, ns in sorted(groups.items())
+    ]
+    return ", ".join(parts)
+
+
+def choose_sku(
+    requested: str,
+    *,
+    nodes: Sequence[NodeFacts],
+    gpus_per_replica: int,
+    node_selector: Mapping[str, str],
+    by_product: ProductLookup,
+    by_name: Callable[[str], GpuSku],
+    fits: FitCheck,
+) -> SkuChoice:
+    """Choose the SKU for one service; raises UnknownGPU or Infeasible with an actionable
+    message."""
+    requested_sku = None if requested == AUTO else by_name(requested)  # UnknownGPU propagates
+    eligible = _eligible(nodes, gpus_per_replica, node_selector)
+    groups: dict[str, list[NodeFacts]] = {}
+    profiles: dict[str, GpuSku] = {}
+    unknown: set[str] = set()
+    for node in eligible:
+        product = node.gpu_product or ""
+        try:
+            sku = by_product(product)
+        except UnknownGPU:
+            # A product no profile describes cannot be planned for; it is named in the reason.
+            unknown.add(product)
+            continue
+        profiles[sku.name] = sku
+        groups.setdefault(sku.name, []).append(node)
+    need = f"at least {gpus_per_replica} allocatable {GPU_RESOURCE}"
+    if node_selector:
+        need += " and labels " + ", ".join(f"{k}={v}" for k, v in sorted(node_selector.items()))
+    offered = _describe(groups)
+    if unknown:
+        offered += "; unprofiled products: " + ", ".join(sorted(unknown))
+
+    if requested_sku is not None:
+        if requested_sku.name not in groups:
+            raise Infeasible(
+                f"no node can host accelerator.sku {requested_sku.name}: none has "
+                f"{GPU_PRODUCT_LABEL} in {sorted(requested_sku.gpu_product_labels)} with {need} "
+                f"(nodes offer: {offered}); choose another sku, `auto`, or lower "
+                "accelerator.gpusPerReplica"
+            )
+        why_not = fits(requested_sku)
+        if why_not is not None:
+            raise Infeasible(why_not)
+        return _choice(requested_sku, groups[requested_sku.name], "named in the spec")
+
+    fitting: list[tuple[GpuSku, list[NodeFacts]]] = []
+    rejected: list[str] = []
+    for name, group in groups.items():
+        why_not = fits(profiles[name])
+        if why_not is None:
+            fitting.append((profiles[name], group))
+        else:
+            rejected.append(why_not)
+    if not fitting:
+        detail = "; ".join(rejected) if rejected else f"no GPU node has {need}"
+        raise Infeasible(
+            f"sku auto found no GPU that can host this model: {detail} (nodes offer: {offered}); "
+            "raise engine.tensorParallelSize, quantise the model, or add GPU nodes"
+        )
+    fitting.sort(
+        key=lambda pair: (
+            -sum(n.allocatable_gpus for n in pair[1]),
+            -pair[0].memory_gib,
+            pair[0].name,
+        )
+    )
+    best, group = fitting[0]
+    others = [s.name for s, _ in fitting[1:]]
+    why = "auto: the fitting SKU with the most allocatable GPUs"
+    if others:
+        why += f" (also fitting: {', '.join(others)})"
+    return _choice(best, group, why)
+
+
+def _choice(sku: GpuSku, group: list[NodeFacts], why: str) -> SkuChoice:
+    products = tuple(sorted({n.gpu_product or "" for n in group} | set(sku.gpu_product_labels)))
+    num_gpus = sum(n.allocatable_gpus for n in group)
+    return SkuChoice(
+        sku=sku,
+        product_labels=products,
+        num_nodes=len(group),
+        num_allocatable_gpus=num_gpus,
+        reason=f"{sku.name} {why}; {len(group)} node(s) with {num_gpus} GPUs",
+    )

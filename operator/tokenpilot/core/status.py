@@ -1,0 +1,165 @@
+"""The LLMService status the operator should report, from what the Deployment says.
+
+Readiness is a chain of small pure checks, each `facts -> (reason, message)` or None, tried in
+order; the first that speaks sets the phase:
+  infeasible   planning refused the spec              -> Infeasible
+  missing      no Deployment yet                      -> Pending
+  stalled      the rollout exceeded its deadline      -> Degraded
+  rolling      the Deployment has not caught up       -> Progressing
+  short        fewer ready replicas than asked        -> Progressing (Degraded if some were lost)
+  ready        everything asked for is ready          -> Ready
+The status written excludes `autoscaling`, which belongs to the autoscaler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.api.llmservice import (
+    ConditionStatus,
+    LLMService,
+    LLMServiceStatus,
+    Phase,
+    TuningStatus,
+)
+from tokenpilot.core import conditions as cond
+from tokenpilot.core.render import Tuning, endpoint, selector_string
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    """The parts of a Deployment's status that decide the service's."""
+
+    generation: int
+    observed_generation: int
+    desired_replicas: int
+    replicas: int
+    ready_replicas: int
+    updated_replicas: int
+    progress_deadline_exceeded: bool = False
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> DeploymentFacts:
+        status = obj.get("status") or {}
+        progressing = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
+        )
+        return cls(
+            generation=int(obj.get("metadata", {}).get("generation", 0)),
+            observed_generation=int(status.get("observedGeneration", 0)),
+            desired_replicas=int(obj.get("spec", {}).get("replicas", 1)),
+            replicas=int(status.get("replicas", 0)),
+            ready_replicas=int(status.get("readyReplicas", 0)),
+            updated_replicas=int(status.get("updatedReplicas", 0)),
+            progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    phase: Phase
+    reason: str
+    message: str
+
+
+def _verdict(name: str, deployment: DeploymentFacts | None, problem: str | None) -> Verdict:
+    if problem is not None:
+        return Verdict(Phase.Infeasible, "Infeasible", problem)
+    if deployment is None:
+        return Verdict(Phase.Pending, "DeploymentMissing", f"creating Deployment {name}")
+    d = deployment
+    if d.progress_deadline_exceeded:
+        return Verdict(
+            Phase.Degraded,
+            "ProgressDeadlineExceeded",
+            f"the rollout of Deployment {name} stalled; see its events and pods",
+        )
+    if d.observed_generation < d.generation or d.updated_replicas < d.desired_replicas:
+        return Verdict(
+            Phase.Progressing,
+            "RollingOut",
+            f"{d.updated_replicas}/{d.desired_replicas} replicas updated, {d.ready_replicas} ready",
+        )
+    if d.ready_replicas < d.desired_replicas:
+        return Verdict(
+            Phase.Progressing,
+            "ReplicasStarting",
+            f"{d.ready_replicas}/{d.desired_replicas} replicas ready",
+        )
+    return Verdict(Phase.Ready, "ReplicasReady", f"{d.ready_replicas}/{d.desired_replicas} ready")
+
+
+def desired_status(
+    service: LLMService,
+    *,
+    deployment: DeploymentFacts | None,
+    sku_name: str | None,
+    tuning: Tuning | None,
+    problem: str | None,
+    now: str,
+) -> dict[str, Any]:
+    """The status fields the reconciler owns, as the JSON to merge into .status.
+
+    `problem` is the message of a domain error (the spec is Infeasible or invalid); `now` is
+    used only for conditions whose status flips.
+    """
+    current = service.status
+    generation = service.metadata.generation
+    verdict = _verdict(service.metadata.name, deployment, problem)
+    conditions = list(current.conditions)
+
+    def put(type_: str, on: bool, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = cond.set_condition(
+            conditions,
+            type_=type_,
+            status=ConditionStatus.true if on else ConditionStatus.false,
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            now=now,
+        )
+
+    phase = verdict.phase
+    put(cond.READY, phase is Phase.Ready, verdict.reason, verdict.message)
+    put(cond.PROGRESSING, phase is Phase.Progressing, verdict.reason, verdict.message)
+    put(cond.DEGRADED, phase is Phase.Degraded, verdict.reason, verdict.message)
+    put(
+        cond.INFEASIBLE,
+        phase is Phase.Infeasible,
+        "Infeasible" if problem else "Feasible",
+        problem or "the spec can run on this cluster",
+    )
+    tuning_status = (
+        TuningStatus(
+            sku=sku_name,
+            max_num_batched_tokens=tuning.token_budget,
+            max_num_seqs=tuning.max_num_seqs,
+            source=tuning.source,
+            reason=tuning.reason,
+        )
+        if tuning is not None and sku_name is not None
+        else None
+    )
+    status = LLMServiceStatus(
+        observed_generation=generation,
+        phase=phase,
+        replicas=deployment.replicas if deployment else 0,
+        ready_replicas=deployment.ready_replicas if deployment else 0,
+        selector=selector_string(service),
+        endpoint=endpoint(service),
+        conditions=conditions,
+        tuning=tuning_status,
+    )
+    out = status.model_dump(by_alias=True, mode="json", exclude={"autoscaling"})
+    return out
+
+
+def owned_status(service: LLMService) -> dict[str, Any]:
+    """The reconciler-owned part of the current status, shaped like `desired_status`."""
+    return service.status.model_dump(by_alias=True, mode="json", exclude={"autoscaling"})
+
+
+def status_changed(service: LLMService, desired: dict[str, Any]) -> bool:
+    return owned_status(service) != desired

@@ -1,0 +1,83 @@
+"""Builders shared by the LLMService unit tests: real API objects with synthetic sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.errors import UnknownGPU
+from tokenpilot.core.sku import GPU_PRODUCT_LABEL, NodeFacts
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    gpu_product_labels: tuple[str, ...]
+    memory_gib: float
+
+
+GPUS = {
+    "H100-80GB": Gpu("H100-80GB", ("NVIDIA-H100-80GB-HBM3",), 80.0),
+    "L40S": Gpu("L40S", ("NVIDIA-L40S",), 48.0),
+    "A100-40GB": Gpu("A100-40GB", ("NVIDIA-A100-SXM4-40GB",), 40.0),
+    "L4": Gpu("L4", ("NVIDIA-L4",), 24.0),
+}
+
+
+def by_name(name: str) -> Gpu:
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise UnknownGPU(f"unknown GPU {name!r}; known: {', '.join(sorted(GPUS))}") from None
+
+
+def by_product(label: str) -> Gpu:
+    for gpu in GPUS.values():
+        if label in gpu.gpu_product_labels:
+            return gpu
+    raise UnknownGPU(f"no profile for product {label!r}")
+
+
+def node(name: str, product: str | None, gpus: int, **labels: str) -> NodeFacts:
+    all_labels = dict(labels)
+    if product:
+        all_labels[GPU_PRODUCT_LABEL] = product
+    return NodeFacts(name=name, labels=all_labels, allocatable_gpus=gpus)
+
+
+CLUSTER = (
+    node("h100-a", "NVIDIA-H100-80GB-HBM3", 8),
+    node("h100-b", "NVIDIA-H100-80GB-HBM3", 8),
+    node("l40s-a", "NVIDIA-L40S", 4),
+    node("cpu-a", None, 0),
+)
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    """A minimal valid spec (llama-3.1-8b), with nested overrides by dotted path."""
+    base: dict[str, Any] = {
+        "model": {
+            "name": "llama-8b",
+            "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+            "shape": {"preset": "llama-3.1-8b"},
+        }
+    }
+    for path, value in overrides.items():
+        target = base
+        *parents, leaf = path.split("__")
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[leaf] = value
+    return base
+
+
+def service(name: str = "chat", **overrides: Any) -> LLMService:
+    return LLMService.model_validate(
+        {
+            "apiVersion": "serving.tokenpilot.dev/v1alpha1",
+            "kind": "LLMService",
+            "metadata": {"name": name, "namespace": "ml", "uid": "uid-1", "generation": 3},
+            "spec": spec(**overrides),
+        }
+    )

@@ -1,0 +1,169 @@
+"""The renderer: vllm args, scheduling, probes, determinism, and refused extraArgs."""
+
+from __future__ import annotations
+
+import pytest
+from _llms import CLUSTER, by_name, by_product, service
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION
+from tokenpilot.core.render_plan import Plan, plan
+
+
+def planned(svc: LLMService, monitor: bool = False) -> Plan:
+    return plan(
+        svc,
+        nodes=CLUSTER,
+        by_name=by_name,
+        by_product=by_product,
+        service_monitor_served=monitor,
+    )
+
+
+def deployment(svc: LLMService) -> dict:  # type: ignore[type-arg]
+    return planned(svc).manifests[0]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_kinds_and_service_monitor_only_when_served() -> None:
+    kinds = [m["kind"] for m in planned(service()).manifests]
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget"]
+    kinds = [m["kind"] for m in planned(service(), monitor=True).manifests]
+    assert kinds[-1] == "ServiceMonitor"
+
+
+@pytest.mark.parametrize(
+    ("sku", "budget", "seqs", "source"),
+    [
+        ("H100-80GB", 8192, 1024, "vllm-default"),
+        ("L40S", 2048, 256, "vllm-default"),
+    ],
+)
+def test_auto_budget_follows_vllm_defaults(sku: str, budget: int, seqs: int, source: str) -> None:
+    p = planned(service(accelerator={"sku": sku}))
+    args = p.manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert flag(args, "--max-num-batched-tokens") == str(budget)
+    assert flag(args, "--max-num-seqs") == str(seqs)
+    assert p.facts.tuning.source == source
+
+
+def test_vllm_args_in_order_then_extra_args() -> None:
+    svc = service(
+        batching={"maxNumBatchedTokens": 4096, "maxNumSeqs": 64},
+        engine={"maxModelLen": 8192, "extraArgs": ["--enable-prefix-caching"]},
+    )
+    args = deployment(svc)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert flag(args, "--max-num-batched-tokens") == "4096"
+    assert flag(args, "--max-num-seqs") == "64"
+    assert flag(args, "--max-model-len") == "8192"
+    assert flag(args, "--served-model-name") == "llama-8b"
+    assert "--enable-chunked-prefill" in args
+    assert args[-1] == "--enable-prefix-caching"
+    emitted = {a for a in args if a.startswith("--")} - {"--enable-prefix-caching"}
+    assert emitted <= set(EMITTED_VLLM_FLAGS)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--max-num-seqs=8",
+        "--max_num_batched_tokens",
+        "--port",
+        "-tp",
+        "--model",
+        "--no-enable-chunked-prefill",
+    ],
+)
+def test_extra_args_may_not_override_operator_flags(extra: str) -> None:
+    with pytest.raises(InvalidSpec, match="extraArgs sets"):
+        planned(service(engine={"extraArgs": [extra, "1"]}))
+
+
+def test_scheduling_gpu_requests_affinity_tolerations() -> None:
+    svc = service(
+        accelerator={
+            "sku": "H100-80GB",
+            "gpusPerReplica": 2,
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        },
+        engine={"tensorParallelSize": 2},
+    )
+    pod = deployment(svc)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expr = term["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expr == {
+        "key": "nvidia.com/gpu.product",
+        "operator": "In",
+        "values": ["NVIDIA-H100-80GB-HBM3"],
+    }
+    assert {"key": "dedicated", "operator": "Exists"} in pod["tolerations"]
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_probes_budget_fits_model_load() -> None:
+    small = deployment(service())["spec"]["template"]["spec"]["containers"][0]
+    big_svc = service(
+        model__shape={"preset": "llama-3.1-70b"},
+        engine={"tensorParallelSize": 4},
+        accelerator={"sku": "H100-80GB"},
+    )
+    big = deployment(big_svc)["spec"]["template"]["spec"]["containers"][0]
+
+    def budget(c: dict) -> int:  # type: ignore[type-arg]
+        probe = c["startupProbe"]
+        return probe["periodSeconds"] * probe["failureThreshold"]
+
+    assert small["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert 600 <= budget(small) < budget(big)
+
+
+def test_owner_reference_and_labels() -> None:
+    for manifest in planned(service()).manifests:
+        owner = manifest["metadata"]["ownerReferences"][0]
+        assert owner["kind"] == "LLMService" and owner["uid"] == "uid-1" and owner["controller"]
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tokenpilot"
+
+
+def test_pvc_source_mounts_the_claim() -> None:
+    svc = service(
+        model={"name": "m", "source": "pvc://weights/llama/8b", "shape": {"preset": "llama-3.1-8b"}}
+    )
+    pod = deployment(svc)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"][0] == "/models/weights/llama/8b"
+    assert {
+        "name": "model-pvc",
+        "persistentVolumeClaim": {"claimName": "weights", "readOnly": True},
+    } in pod["volumes"]
+
+
+@given(
+    names=st.lists(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True), unique=True, max_size=6),
+)
+def test_deterministic_with_sorted_env(names: list[str]) -> None:
+    env = [{"name": n, "value": "v"} for n in names if n not in ("HF_HOME", "HF_TOKEN")]
+    a = deployment(service(engine={"env": env}))
+    b = deployment(service(engine={"env": list(reversed(env))}))
+    assert a == b
+    rendered = [e["name"] for e in a["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert rendered == sorted(rendered)
+
+
+def test_spec_hash_changes_with_budget_not_with_replicas() -> None:
+    base = deployment(service(batching={"maxNumBatchedTokens": 2048}))
+    budget = deployment(service(batching={"maxNumBatchedTokens": 4096}))
+    scaled = deployment(service(batching={"maxNumBatchedTokens": 2048}, replicas=5))
+    h = SPEC_HASH_ANNOTATION
+    assert base["metadata"]["annotations"][h] != budget["metadata"]["annotations"][h]
+    assert base["metadata"]["annotations"][h] == scaled["metadata"]["annotations"][h]
+    assert scaled["spec"]["replicas"] == 5
