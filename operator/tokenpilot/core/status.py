@@ -42,7 +42,7 @@ class DeploymentFacts:
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> DeploymentFacts:
         status = obj.get("status") or {}
-        progressing = next(
+        progressing: dict[str, Any] = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
         )
         return cls(
