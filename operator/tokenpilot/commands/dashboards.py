@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from tokenpilot.core.dashboards.files import generated_files
-from tokenpilot.core.dashboards.sources import ITL_EDGES_S, TTFT_EDGES_S
 
 DEFAULT_OUT = Path("helm/tokenpilot/files")
 
@@ -43,7 +42,7 @@ def stale_files(out: Path, files: dict[str, str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
-    files = generated_files(ITL_EDGES_S, TTFT_EDGES_S)
+    files = generated_files()
     if args.check:
         stale = stale_files(out, files)
         for relative in stale:

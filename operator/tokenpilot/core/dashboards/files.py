@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
+from tokenpilot.core import vllm_metrics
 from tokenpilot.core.dashboards.boards import all_dashboards
-from tokenpilot.core.dashboards.rules import rule_groups
+from tokenpilot.core.dashboards.rules import ITL, TTFT, rule_groups
 
 RULES_PATH = "rules/tokenpilot.rules.yaml"
 HEADER = (
@@ -37,8 +38,12 @@ def dashboard_path(stem: str) -> str:
     return f"dashboards/tokenpilot-{stem}.json"
 
 
-def generated_files(itl_edges_s: Sequence[float], ttft_edges_s: Sequence[float]) -> dict[str, str]:
-    """Relative path -> file content for every dashboard and the rule file."""
+def generated_files(
+    itl_edges_s: Sequence[float] = vllm_metrics.BY_NAME[ITL.histogram].buckets,
+    ttft_edges_s: Sequence[float] = vllm_metrics.BY_NAME[TTFT.histogram].buckets,
+) -> dict[str, str]:
+    """Relative path -> file content for every dashboard and the rule file; the bucket edges
+    default to vLLM's own."""
     files = {
         dashboard_path(stem): json.dumps(board, indent=2) + "\n"
         for stem, board in all_dashboards().items()

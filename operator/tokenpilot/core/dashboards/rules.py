@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tokenpilot.core import vllm_metrics
 from tokenpilot.core.dashboards.slo import (
     BASE_WINDOW,
     BURN_ALERTS,
@@ -40,14 +41,14 @@ ON_SERVICE = "on (" + ", ".join(SERVICE_LABELS) + ")"
 ITL = Sli(
     key="itl",
     title="inter-token latency",
-    histogram="vllm:inter_token_latency_seconds",
+    histogram=vllm_metrics.INTER_TOKEN_LATENCY_SECONDS,
     target_gauge="tokenpilot_slo_itl_p99_seconds",
     unit_of_event="inter-token interval",
 )
 TTFT = Sli(
     key="ttft",
     title="time to first token",
-    histogram="vllm:time_to_first_token_seconds",
+    histogram=vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS,
     target_gauge="tokenpilot_slo_ttft_p99_seconds",
     unit_of_event="request",
 )
