@@ -1,9 +1,8 @@
-"""Histogram bucket edges of the vLLM metrics the policies read, and cumulative counting.
+"""Counting observations into vLLM's histogram buckets, as the engines' /metrics would.
 
-Placeholder until `tokenpilot.core.vllm_metrics` lands: the edges are those vLLM V1 declares
-for `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds`
-(vllm/v1/metrics/loggers.py). Counting is per bucket (not cumulative) so a bulk add is one
-bisect; `cumulative()` turns counts into the `(le, count)` pairs `core.histogram` expects.
+The edges are vLLM's own (`core.vllm_metrics`): TTFT and inter-token latency. Counts are kept
+per bucket (not cumulative) so a bulk add is one bisect; `cumulative()` turns them into the
+`(le, count)` pairs that `core.histogram` reads.
 """
 
 from __future__ import annotations
@@ -12,16 +11,11 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from tokenpilot.core import vllm_metrics
 from tokenpilot.core.histogram import Bucket
 
-TTFT_BUCKETS_S: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-ITL_BUCKETS_S: tuple[float, ...] = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
+TTFT_BUCKETS_S = vllm_metrics.TTFT_BUCKETS_S
+ITL_BUCKETS_S = vllm_metrics.TOKEN_LATENCY_BUCKETS_S
 
 
 class BucketCounter:

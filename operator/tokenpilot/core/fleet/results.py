@@ -39,11 +39,14 @@ class ScaleEvent:
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    """Sampled every `FleetConfig.series_interval_s`: replicas asked for and Ready."""
+    """Sampled every `FleetConfig.series_interval_s`: replicas asked for and Ready, and the
+    requests running and waiting on the engines (exact, not scraped)."""
 
     time_s: tuple[float, ...]
     spec_replicas: tuple[int, ...]
     ready_replicas: tuple[int, ...]
+    num_running: tuple[int, ...]
+    num_waiting: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,8 @@ class FleetSimulation:
         self._series_t: list[float] = []
         self._series_spec: list[int] = []
         self._series_ready: list[int] = []
+        self._series_running: list[int] = []
+        self._series_waiting: list[int] = []
         self._last_finish_s = 0.0
 
     # ----- fleet state ----------------------------------------------------------------------
@@ -143,6 +145,10 @@ class FleetSimulation:
                 self._series_t.append(now_s)
                 self._series_spec.append(self._spec_replicas())
                 self._series_ready.append(len(self._serving(now_s)))
+                self._series_running.append(sum(r.engine.num_running for r in self._live))
+                self._series_waiting.append(
+                    sum(r.engine.num_waiting for r in self._live) + len(self._pending)
+                )
                 next_series_s += cfg.series_interval_s
             if progress is not None and now_s >= next_progress_s:
                 progress(min(1.0, now_s / duration_s) if duration_s > 0 else 1.0)
@@ -308,7 +314,11 @@ class FleetSimulation:
             cost_usd=gpu_hours * cfg.usd_per_gpu_hour,
             scale_events=tuple(self._events),
             timeline=Timeline(
-                tuple(self._series_t), tuple(self._series_spec), tuple(self._series_ready)
+                tuple(self._series_t),
+                tuple(self._series_spec),
+                tuple(self._series_ready),
+                tuple(self._series_running),
+                tuple(self._series_waiting),
             ),
             notes=tuple(notes),
         )

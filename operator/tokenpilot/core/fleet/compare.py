@@ -1,0 +1,120 @@
+"""Every policy on the same trace: how each contender is set up, and the runs in order.
+
+Baselines run vLLM with its default token budget, as a deployment without TokenPilot would;
+`tokenpilot` runs the tuned budget; `vllm-default-budget` is TokenPilot's scaling with the
+default budget, so the difference between the two is what tuning buys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+
+from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.fleet.config import FleetConfig
+from tokenpilot.core.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy, StaticPolicy
+from tokenpilot.core.fleet.policies.base import FleetPolicy
+from tokenpilot.core.fleet.policies.tokenpilot import TokenPilotPolicy
+from tokenpilot.core.fleet.results import FleetResult
+from tokenpilot.core.fleet.simulator import ProgressFn, simulate
+from tokenpilot.core.fleet.sizing import Sizing, size_for_peak
+from tokenpilot.core.sim import EngineConfig, StepTimer
+from tokenpilot.core.workload import Trace
+
+POLICY_NAMES = ("tokenpilot", "static-peak", "hpa", "keda", "aibrix-kpa", "vllm-default-budget")
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    name: str
+    make_policy: Callable[[], FleetPolicy]
+    engine_config: EngineConfig
+    fleet: FleetConfig
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """`all` or a comma list of POLICY_NAMES, in the order given."""
+    if text.strip() == "all":
+        return POLICY_NAMES
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in POLICY_NAMES]
+    if unknown or not names:
+        raise InvalidSpec(
+            f"--policy: unknown {', '.join(unknown) or '(none given)'}; "
+            f"use 'all' or some of {', '.join(POLICY_NAMES)}"
+        )
+    return names
+
+
+def contenders(
+    names: Sequence[str],
+    trace: Trace,
+    fleet: FleetConfig,
+    *,
+    tuned_engine: EngineConfig,
+    default_engine: EngineConfig,
+    timer: StepTimer,
+    sizing: Sizing | None = None,
+    target_running_per_replica: float | None = None,
+) -> tuple[list[Contender], Sizing | None]:
+    """Build the named contenders; sizes the static fleet (and the HPA/KPA target) if needed."""
+    needs_sizing = any(n in ("static-peak", "hpa", "aibrix-kpa") for n in names)
+    if sizing is None and needs_sizing:
+        sizing = size_for_peak(trace, fleet, default_engine, timer)
+    target = target_running_per_replica or (sizing.target_running_per_replica if sizing else 1.0)
+    lo, hi = fleet.min_replicas, fleet.max_replicas
+    autoscale = AutoscalePolicy(
+        min_replicas=lo,
+        max_replicas=hi,
+        itl_p99_slo_s=fleet.itl_slo_s,
+        ttft_p99_slo_s=fleet.ttft_slo_s,
+    )
+    out: list[Contender] = []
+    for name in names:
+        if name == "tokenpilot":
+            out.append(Contender(name, lambda: TokenPilotPolicy(autoscale), tuned_engine, fleet))
+        elif name == "vllm-default-budget":
+            out.append(
+                Contender(
+                    name,
+                    lambda: TokenPilotPolicy(autoscale, name="vllm-default-budget"),
+                    default_engine,
+                    fleet,
+                )
+            )
+        elif name == "static-peak":
+            assert sizing is not None
+            n = sizing.replicas
+            static_fleet = replace(fleet, initial_replicas=n, min_replicas=min(lo, n))
+            out.append(Contender(name, partial(StaticPolicy, n), default_engine, static_fleet))
+        elif name == "hpa":
+            out.append(Contender(name, lambda: HpaPolicy(target, lo, hi), default_engine, fleet))
+        elif name == "keda":
+            out.append(Contender(name, lambda: KedaPolicy(lo, hi), default_engine, fleet))
+        elif name == "aibrix-kpa":
+            out.append(Contender(name, lambda: KpaPolicy(target, lo, hi), default_engine, fleet))
+    return out, sizing
+
+
+def run_contenders(
+    trace: Trace,
+    entries: Sequence[Contender],
+    timer: StepTimer,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[FleetResult]:
+    """Run each contender on `trace`, one after another (deterministic: no threads)."""
+    results: list[FleetResult] = []
+    for entry in entries:
+        step: ProgressFn | None = None
+        if progress is not None:
+            step = _bind(progress, entry.name)
+        results.append(
+            simulate(trace, entry.make_policy(), entry.fleet, entry.engine_config, timer, step)
+        )
+    return results
+
+
+def _bind(progress: Callable[[str, float], None], name: str) -> ProgressFn:
+    return lambda fraction: progress(name, fraction)
