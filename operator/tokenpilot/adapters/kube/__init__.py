@@ -1,0 +1,19 @@
+"""Kubernetes I/O for the operator and its tools.
+
+    client.py     one synchronous client built from a kubeconfig or the in-cluster account;
+                  errors: KubeError > NotFound, Conflict
+    resources.py  where each kind we touch lives (group, version, plural)
+    apply.py      server-side apply under ONE field manager: the project's only write path
+                  for rendered objects
+    scale.py      the LLMService scale subresource, read and written
+    status.py     merge-patching an LLMService's status (only what changed is sent)
+    events.py     Events on an LLMService
+    nodes.py      nodes as NodeFacts for SKU choice
+    discovery.py  whether an API (e.g. ServiceMonitor) is served
+
+Adapters move data and do not decide: what to apply and whether is decided in the core.
+"""
+
+from tokenpilot.adapters.kube.client import Conflict, KubeClient, KubeError, NotFound, connect
+
+__all__ = ["Conflict", "KubeClient", "KubeError", "NotFound", "connect"]

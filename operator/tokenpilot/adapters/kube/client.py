@@ -1,0 +1,116 @@
+"""One synchronous Kubernetes client: JSON in, JSON out, bounded by a timeout on every call.
+
+It rides on the official client's configuration loading (kubeconfig contexts, exec plugins,
+in-cluster service accounts) and its connection pool, but speaks raw REST paths, so callers
+work with the same plain dicts the renderer produces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+DEFAULT_TIMEOUT_S = 15.0
+
+
+class KubeError(Exception):
+    """The API server refused a request; `status` is the HTTP code."""
+
+    def __init__(self, status: int, message: str, body: dict[str, Any] | None = None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.body = body or {}
+
+
+class NotFound(KubeError):
+    """404: the object (or its API) does not exist."""
+
+
+class Conflict(KubeError):
+    """409: a stale resourceVersion, an existing name, or an apply conflict."""
+
+
+@dataclass
+class KubeClient:
+    """Raw REST against one API server."""
+
+    api: k8s.ApiClient
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def host(self) -> str:
+        return str(self.api.configuration.host)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Send one request; the decoded JSON reply, or KubeError/NotFound/Conflict."""
+        if query:
+            path = f"{path}?{urlencode(query)}"
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        serialized = self.api.param_serialize(
+            method,
+            path,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
+        response.read()  # type: ignore[no-untyped-call]
+        raw = response.data or b"{}"
+        try:
+            decoded: dict[str, Any] = json.loads(raw)
+        except ValueError:
+            decoded = {"message": raw.decode(errors="replace")[:500]}
+        if response.status >= 400:
+            message = str(decoded.get("message", response.reason))
+            error = {404: NotFound, 409: Conflict}.get(response.status, KubeError)
+            raise error(response.status, message, decoded)
+        return decoded
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """The object at `path`, or None when it does not exist."""
+        try:
+            return self.request("GET", path)
+        except NotFound:
+            return None
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+
+def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
+    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    configuration = k8s.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration
+        )
+    else:
+        try:
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        except k8s_config.ConfigException as exc:
+            raise KubeError(
+                0,
+                "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or run in a pod "
+                f"with a service account ({exc})",
+            ) from None
+    # Enough pooled connections for the handler thread pool.
+    configuration.connection_pool_maxsize = 32
+    return KubeClient(api=k8s.ApiClient(configuration), timeout_s=timeout_s)
