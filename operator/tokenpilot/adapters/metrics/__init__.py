@@ -1,0 +1,32 @@
+"""Metrics sources for the autoscaler, behind one small interface (`MetricsSource`).
+
+    MetricsSource.observe(target: ServiceTarget, now_s) -> Observation
+    ├── DirectSource        scrape every ready engine pod's /metrics (default, needs nothing)
+    └── PrometheusSource    PromQL against a Prometheus server that scrapes the engines
+
+`parse_metrics` is the project's one Prometheus text parser.
+"""
+
+from tokenpilot.adapters.metrics.base import MetricsSource, PodEndpoint, ServiceTarget
+from tokenpilot.adapters.metrics.direct import DirectSource
+from tokenpilot.adapters.metrics.parse import (
+    MetricsPage,
+    MetricsParseError,
+    Sample,
+    engine_sample,
+    parse_metrics,
+)
+from tokenpilot.adapters.metrics.prometheus import PrometheusSource
+
+__all__ = [
+    "DirectSource",
+    "MetricsPage",
+    "MetricsParseError",
+    "MetricsSource",
+    "PodEndpoint",
+    "PrometheusSource",
+    "Sample",
+    "ServiceTarget",
+    "engine_sample",
+    "parse_metrics",
+]

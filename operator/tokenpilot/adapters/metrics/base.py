@@ -1,0 +1,50 @@
+"""The one small interface every metrics source implements, and what it is asked about."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenpilot.core.autoscale import Observation
+
+
+@dataclass(frozen=True, slots=True)
+class PodEndpoint:
+    """A ready engine pod and the URL of its /metrics page."""
+
+    name: str
+    metrics_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTarget:
+    """One LLMService as the autoscaler sees it when it asks for an observation.
+
+    `pods` are the Ready engine pods (the direct source scrapes them; the Prometheus source
+    compares their number with the series it finds). Replica counts come from the scale
+    subresource and pass through into the Observation.
+    """
+
+    namespace: str
+    name: str
+    desired_replicas: int
+    ready_replicas: int
+    pods: tuple[PodEndpoint, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class MetricsSource(Protocol):
+    """Reads one service's signals. Never raises for an unreachable or broken engine or server:
+    the Observation's missing fields and `problems` say what could not be read, and decide()
+    holds. `now_s` is the caller's clock (the one it later passes to decide()).
+    """
+
+    async def observe(self, target: ServiceTarget, now_s: float) -> Observation: ...
+
+    def forget(self, target_key: str) -> None:
+        """Drop whatever is remembered about a service that was deleted."""
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,98 @@
+"""The `direct` metrics source: scrape every ready engine pod's /metrics, needing nothing else.
+
+All pods of all services are scraped concurrently through one shared httpx client (keep-alive
+connections, a bounded number in flight); each scrape has a timeout, so a hung engine costs at
+most `timeout_s`. Each pod keeps a ring of samples just longer than the window, from which
+tokenpilot.core.autoscale.window computes the P99s. A pod that refuses, times out, answers an
+error status or something that is not Prometheus text is reported in `problems` and left out;
+decide() then holds rather than scale down on a partial view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tokenpilot.adapters.metrics.base import PodEndpoint, ServiceTarget
+from tokenpilot.adapters.metrics.parse import MetricsParseError, engine_sample, parse_metrics
+from tokenpilot.core.autoscale import Observation
+from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
+
+DEFAULT_WINDOW_S = 30.0
+DEFAULT_TIMEOUT_S = 2.0
+DEFAULT_MAX_IN_FLIGHT = 128
+
+
+class DirectSource:
+    """Scrapes engine pods itself; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.window_s = window_s
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(
+                max_connections=max_in_flight, max_keepalive_connections=max_in_flight
+            ),
+            transport=transport,
+            # Engine pods are addressed by IP inside the cluster; a proxy would be wrong.
+            trust_env=False,
+        )
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._rings: dict[str, dict[str, Ring]] = {}
+
+    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+        results = await asyncio.gather(*(self._scrape(pod, now_s) for pod in target.pods))
+        previous = self._rings.get(target.key, {})
+        rings: dict[str, Ring] = {}
+        problems = []
+        for pod, result in zip(target.pods, results, strict=True):
+            ring = previous.get(pod.name, ())
+            if isinstance(result, str):
+                problems.append(f"pod {pod.name}: {result}")
+            else:
+                ring = push(ring, result, self.window_s)
+            if ring:
+                rings[pod.name] = ring
+        # Pods that left the ready set are dropped with their rings.
+        self._rings[target.key] = rings
+        return observe_rings(
+            rings,
+            observed_at_s=now_s,
+            desired_replicas=target.desired_replicas,
+            ready_replicas=target.ready_replicas,
+            num_pods_expected=len(target.pods),
+            problems=problems,
+        )
+
+    async def _scrape(self, pod: PodEndpoint, now_s: float) -> EngineSample | str:
+        """The pod's sample, or why there is none (a sentence for the Observation)."""
+        async with self._in_flight:
+            try:
+                response = await self._client.get(pod.metrics_url)
+            except httpx.TimeoutException:
+                return f"no answer from {pod.metrics_url} within the scrape timeout"
+            except httpx.HTTPError as error:
+                return f"cannot reach {pod.metrics_url} ({type(error).__name__}: {error})"
+        if response.status_code != 200:
+            return f"{pod.metrics_url} answered HTTP {response.status_code}"
+        try:
+            sample = engine_sample(parse_metrics(response.text), now_s)
+        except MetricsParseError as error:
+            return f"{pod.metrics_url} answered garbage: {error}"
+        if sample.num_requests_waiting is None or sample.num_requests_running is None:
+            return f"{pod.metrics_url} has no vllm:num_requests_* gauges (is it a vLLM engine?)"
+        return sample
+
+    def forget(self, target_key: str) -> None:
+        self._rings.pop(target_key, None)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

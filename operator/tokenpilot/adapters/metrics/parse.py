@@ -1,0 +1,103 @@
+"""The project's one Prometheus text parser: a /metrics page in, samples by name out.
+
+Everything that reads an engine's /metrics (the direct metrics source, the engine simulator's
+tests, the demo's live view) goes through `parse_metrics`, which wraps prometheus_client's text
+parser, and reads series by their sample names (`vllm:prompt_tokens_total`,
+`vllm:inter_token_latency_seconds_bucket`) so counter-suffix conventions do not matter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tokenpilot.core import vllm_metrics
+from tokenpilot.core.autoscale.window import EngineSample
+from tokenpilot.core.histogram import Bucket, normalize
+
+
+class MetricsParseError(ValueError):
+    """A page that is not Prometheus text exposition; the message quotes what was wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsPage:
+    """One parsed page: family name -> type, and sample name -> samples."""
+
+    types: Mapping[str, str] = field(default_factory=dict)
+    samples: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
+
+    def series(self, name: str, **labels: str) -> tuple[Sample, ...]:
+        """Samples called `name` whose labels include `labels`."""
+        return tuple(
+            s
+            for s in self.samples.get(name, ())
+            if all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    def sum(self, name: str, **labels: str) -> float | None:
+        """Sum over matching series (one per engine in the pod); None if there are none."""
+        found = self.series(name, **labels)
+        return math.fsum(s.value for s in found) if found else None
+
+    def max(self, name: str, **labels: str) -> float | None:
+        found = self.series(name, **labels)
+        return max(s.value for s in found) if found else None
+
+    def buckets(self, family: str, **labels: str) -> tuple[Bucket, ...] | None:
+        """A histogram's cumulative buckets summed over matching series; None if absent."""
+        found = self.series(f"{family}_bucket", **labels)
+        if not found:
+            return None
+        return normalize((_le(s), s.value) for s in found)
+
+
+def _le(sample: Sample) -> float:
+    bound = sample.labels.get("le")
+    if bound is None:
+        raise MetricsParseError(f"{sample.name} has no 'le' label")
+    try:
+        return float(bound)
+    except ValueError:
+        raise MetricsParseError(f"{sample.name} has le={bound!r}, not a number") from None
+
+
+def parse_metrics(text: str) -> MetricsPage:
+    """Parse Prometheus text exposition; raise MetricsParseError on anything else."""
+    types: dict[str, str] = {}
+    samples: dict[str, list[Sample]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            types[family.name] = family.type
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append(
+                    Sample(sample.name, dict(sample.labels), float(sample.value))
+                )
+    # prometheus_client raises ValueError (and on some inputs IndexError or KeyError) with a
+    # terse message; name the first offending line so a person can find it.
+    except (ValueError, IndexError, KeyError) as error:
+        first = next((line for line in text.splitlines() if line.strip()), "")[:80]
+        raise MetricsParseError(f"not Prometheus text ({error}); starts with {first!r}") from None
+    return MetricsPage(types, {name: tuple(found) for name, found in samples.items()})
+
+
+def engine_sample(page: MetricsPage, at_s: float) -> EngineSample:
+    """The autoscaler's figures from one vLLM (or engine simulator) page."""
+    return EngineSample(
+        at_s=at_s,
+        num_requests_waiting=page.sum(vllm_metrics.NUM_REQUESTS_WAITING),
+        num_requests_running=page.sum(vllm_metrics.NUM_REQUESTS_RUNNING),
+        kv_cache_usage=page.max(vllm_metrics.KV_CACHE_USAGE_PERC),
+        itl_buckets=page.buckets(vllm_metrics.INTER_TOKEN_LATENCY_SECONDS),
+        ttft_buckets=page.buckets(vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS),
+    )

@@ -1,0 +1,189 @@
+"""The `prometheus` metrics source: the same signals as PromQL through prometheus-api-client.
+
+The engine series are selected by the labels the scrape configuration puts on them (the pod's
+namespace and its `serving.tokenpilot.dev/llmservice` label, relabelled to `llmservice`, the
+same pair the dashboards and rules use). P99s are `histogram_quantile(0.99, sum by (le)
+(rate(..._bucket{sel}[w])))`; the number of observations in the window (to tell an idle service
+from a missing metric) is `sum(increase(..._count{sel}[w]))`. The upper edge of the bucket
+holding the P99 comes from vLLM's bucket table.
+
+prometheus-api-client is synchronous, so queries run in a worker thread with a timeout.
+A server that cannot be reached or answers nonsense leaves every field None with the reason in
+`problems`; decide() then holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+
+from tokenpilot.adapters.metrics.base import ServiceTarget
+from tokenpilot.core import vllm_metrics
+from tokenpilot.core.autoscale import LatencyQuantile, Observation
+from tokenpilot.core.dashboards.slo import SERVICE_LABELS
+from tokenpilot.core.histogram import bucket_upper_bound
+
+DEFAULT_WINDOW_S = 30.0
+DEFAULT_TIMEOUT_S = 3.0
+
+
+def selector(target: ServiceTarget) -> str:
+    """The PromQL label matcher for one service's engine series."""
+    namespace_label, service_label = SERVICE_LABELS
+    return f'{{{namespace_label}="{target.namespace}",{service_label}="{target.name}"}}'
+
+
+@dataclass(frozen=True, slots=True)
+class Queries:
+    """Every expression the source evaluates for one service, by field."""
+
+    waiting: str
+    running: str
+    kv_cache_usage: str
+    num_series: str
+    freshest_sample: str
+    itl_p99: str
+    itl_count: str
+    ttft_p99: str
+    ttft_count: str
+
+
+def queries(target: ServiceTarget, window_s: float) -> Queries:
+    sel = selector(target)
+    window = f"[{max(1, round(window_s))}s]"
+    itl = vllm_metrics.INTER_TOKEN_LATENCY_SECONDS
+    ttft = vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS
+    waiting = vllm_metrics.NUM_REQUESTS_WAITING
+
+    def p99(family: str) -> str:
+        return f"histogram_quantile(0.99, sum by (le) (rate({family}_bucket{sel}{window})))"
+
+    return Queries(
+        waiting=f"sum({waiting}{sel})",
+        running=f"sum({vllm_metrics.NUM_REQUESTS_RUNNING}{sel})",
+        kv_cache_usage=f"max({vllm_metrics.KV_CACHE_USAGE_PERC}{sel})",
+        num_series=f"count({waiting}{sel})",
+        freshest_sample=f"max(timestamp({waiting}{sel}))",
+        itl_p99=p99(itl),
+        itl_count=f"sum(increase({itl}_count{sel}{window}))",
+        ttft_p99=p99(ttft),
+        ttft_count=f"sum(increase({ttft}_count{sel}{window}))",
+    )
+
+
+class PrometheusSource:
+    """Reads a service's signals from a Prometheus server; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.url = url
+        self.window_s = window_s
+        self._timeout_s = timeout_s
+        self._session = requests.Session()
+        self._client = PrometheusConnect(url=url, disable_ssl=True, session=self._session)
+
+    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+        exprs = queries(target, self.window_s)
+        names = list(Queries.__dataclass_fields__)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                results = await asyncio.gather(
+                    *(asyncio.to_thread(self._scalar, getattr(exprs, n)) for n in names)
+                )
+        except TimeoutError:
+            return self._blind(target, now_s, f"no answer within {self._timeout_s:g} s")
+        # requests and the client raise a zoo of errors (connection, HTTP status, JSON); all
+        # mean the same thing here: this evaluation cannot see, so it holds.
+        except Exception as error:
+            return self._blind(target, now_s, f"{type(error).__name__}: {error}")
+        values = dict(zip(names, results, strict=True))
+        return self._observation(target, now_s, values)
+
+    def _scalar(self, expr: str) -> tuple[float, float] | None:
+        """(value, unix timestamp) of a single-series result; None for an empty result."""
+        result: Sequence[dict[str, Any]] = self._client.custom_query(
+            expr, timeout=math.ceil(self._timeout_s)
+        )
+        if not result:
+            return None
+        timestamp, value = result[0]["value"]
+        return float(value), float(timestamp)
+
+    def _blind(self, target: ServiceTarget, now_s: float, why: str) -> Observation:
+        return Observation(
+            observed_at_s=now_s,
+            desired_replicas=target.desired_replicas,
+            ready_replicas=target.ready_replicas,
+            num_pods_expected=len(target.pods),
+            num_pods_scraped=0,
+            num_requests_waiting=None,
+            num_requests_running=None,
+            itl=None,
+            ttft=None,
+            problems=(f"prometheus at {self.url}: {why}",),
+        )
+
+    def _observation(
+        self, target: ServiceTarget, now_s: float, values: dict[str, tuple[float, float] | None]
+    ) -> Observation:
+        def value(name: str) -> float | None:
+            found = values[name]
+            return None if found is None else found[0]
+
+        problems = []
+        num_series = int(value("num_series") or 0)
+        if num_series < len(target.pods):
+            problems.append(
+                f"prometheus has vLLM series for {num_series} of {len(target.pods)} ready pods "
+                f"(selector {selector(target)})"
+            )
+        observed_at_s = now_s
+        freshest = values["freshest_sample"]
+        if freshest is not None:
+            # Prometheus stamps in wall-clock seconds; carry the age over to the caller's clock.
+            evaluated_at_unix, sample_unix = freshest[1], freshest[0]
+            observed_at_s = now_s - max(0.0, evaluated_at_unix - sample_unix)
+        return Observation(
+            observed_at_s=observed_at_s,
+            desired_replicas=target.desired_replicas,
+            ready_replicas=target.ready_replicas,
+            num_pods_expected=len(target.pods),
+            num_pods_scraped=min(num_series, len(target.pods)),
+            num_requests_waiting=value("waiting"),
+            num_requests_running=value("running"),
+            itl=_latency(
+                value("itl_p99"), value("itl_count"), vllm_metrics.TOKEN_LATENCY_BUCKETS_S
+            ),
+            ttft=_latency(value("ttft_p99"), value("ttft_count"), vllm_metrics.TTFT_BUCKETS_S),
+            kv_cache_usage=value("kv_cache_usage"),
+            window_s=self.window_s,
+            problems=tuple(problems),
+        )
+
+    def forget(self, target_key: str) -> None:
+        """Nothing is remembered per service; Prometheus keeps the history."""
+
+    async def aclose(self) -> None:
+        self._session.close()
+
+
+def _latency(
+    p99_s: float | None, count: float | None, bounds: Sequence[float]
+) -> LatencyQuantile | None:
+    if count is None:
+        return None
+    if count <= 0 or p99_s is None or math.isnan(p99_s):
+        # rate() of an unchanged histogram is 0 in every bucket: quantile NaN, no traffic.
+        return LatencyQuantile(math.nan, 0.0, None) if count <= 0 else None
+    return LatencyQuantile(p99_s, count, bucket_upper_bound(bounds, p99_s))
