@@ -87,7 +87,7 @@ def contenders(
         elif name == "static-peak":
             assert sizing is not None
             n = sizing.replicas
-            static_fleet = replace(fleet, initial_replicas=n, min_replicas=min(lo, n))
+            static_fleet = replace(fleet, initial_replicas=n)
             out.append(Contender(name, partial(StaticPolicy, n), default_engine, static_fleet))
         elif name == "hpa":
             out.append(Contender(name, lambda: HpaPolicy(target, lo, hi), default_engine, fleet))

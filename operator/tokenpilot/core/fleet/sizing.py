@@ -48,16 +48,17 @@ def size_for_peak(
 
     def run(n: int) -> FleetResult:
         if n not in runs:
-            config = replace(fleet, initial_replicas=n, min_replicas=min(fleet.min_replicas, n))
+            config = replace(fleet, initial_replicas=n)
             runs[n] = simulate(peak, StaticPolicy(n), config, engine_config, timer)
         return runs[n]
 
     def meets(n: int) -> bool:
         return run(n).attainment >= min_attainment
 
-    low, high = 0, 1  # low fails (or is zero), high is the candidate
+    # low fails (or is below the floor), high is the candidate; never fewer than min_replicas.
+    low, high = fleet.min_replicas - 1, fleet.min_replicas
     while not meets(high) and high < fleet.max_replicas:
-        low, high = high, min(fleet.max_replicas, high * 2)
+        low, high = high, min(fleet.max_replicas, max(high * 2, 1))
     if meets(high):
         while high - low > 1:
             mid = (low + high) // 2

@@ -11,7 +11,7 @@ class TraceError(ValueError):
     def __init__(self, message: str, *, source: str = "", line: int | None = None) -> None:
         where = source
         if line is not None:
-            where = f"{source}:{line}" if source else f"line {line}"
+            where = f"{source}, line {line}" if source else f"line {line}"
         super().__init__(f"{where}: {message}" if where else message)
         self.source = source
         self.line = line
