@@ -1,0 +1,425 @@
+"""Bring a dev cluster up, report on it, and take it down.
+
+`up` validates every input first (binaries, node-pool file, image map, ports, state dir), then
+starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the pod runner
+in that order, each waited on with a timeout, registers the fake nodes and waits until all are
+Ready. If any step fails, everything already started is stopped and the state dir removed, so a
+failed `up` leaves nothing behind but the error (which carries the failing process's log tail).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import ssl
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tokenpilot.tooling.devcluster import (
+    build,
+    certs,
+    kubeconfig,
+    kwokconfig,
+    nodepools,
+    paths,
+    ports,
+    procs,
+    state,
+)
+from tokenpilot.tooling.devcluster.errors import DevClusterError, StateDirError, WaitTimeout
+from tokenpilot.tooling.devcluster.versions import KUBERNETES_VERSION
+from tokenpilot.tooling.podrunner import imagemap
+
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+RUNNER_READY_FILE = "pod-runner.ready"
+RUNNER_CHILDREN_FILE = "pod-runner-children.json"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    etcd_s: float = 30.0
+    apiserver_s: float = 60.0
+    component_s: float = 30.0
+    nodes_ready_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    name: str = "default"
+    state_dir: Path | None = None
+    node_pools: Path | None = None
+    image_map: Path | None = None
+    apiserver_port: int | None = None
+    pod_cidr: str | None = None
+    pod_runner: bool = True
+    timeouts: Timeouts = Timeouts()
+
+    def resolved_state_dir(self) -> Path:
+        return (self.state_dir or paths.default_state_dir(self.name)).expanduser().absolute()
+
+
+def default_pod_cidr(state_dir: Path) -> str:
+    """A /16 inside 127/8 derived from the state dir, so two clusters rarely share pod IPs."""
+    second_octet = 1 + zlib.crc32(str(state_dir).encode()) % 250
+    return f"127.{second_octet}.0.0/16"
+
+
+def _https_ready(url: str, ca: Path | None, token: str | None) -> Callable[[], bool]:
+    context = ssl.create_default_context(cafile=str(ca)) if ca else False
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def check() -> bool:
+        response = httpx.get(url, verify=context, headers=headers, timeout=2.0, trust_env=False)
+        return response.status_code == 200
+
+    return check
+
+
+def _http_ready(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        return httpx.get(url, timeout=2.0, trust_env=False).status_code == 200
+
+    return check
+
+
+class _Launcher:
+    """Starts processes and records each in the state file before waiting on it."""
+
+    def __init__(self, st: state.ClusterState, progress: Progress) -> None:
+        self.state = st
+        self.progress = progress
+        self.logs = st.state_dir / "logs"
+
+    def run(
+        self,
+        name: str,
+        argv: list[str],
+        ready: Callable[[], bool],
+        timeout_s: float,
+    ) -> None:
+        started = time.monotonic()
+        proc, ref = procs.start(name, argv, self.logs / f"{name}.log", cwd=self.state.state_dir)
+        self.state.processes.append(ref)
+        self.state.save()
+        procs.wait_ready(proc, ref, ready, timeout_s=timeout_s)
+        self.progress(f"{name} ready (pid {ref.pid}, {time.monotonic() - started:.1f} s)")
+
+
+def up(options: UpOptions, progress: Progress = lambda _m: None) -> state.ClusterState:
+    started = time.monotonic()
+    state_dir = options.resolved_state_dir()
+    # Everything that can be wrong with the inputs is found before any process starts.
+    binaries = {
+        name: str(build.binary(name))
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    }
+    pools = nodepools.load(options.node_pools)
+    images = imagemap.load(options.image_map)
+    apiserver_port = ports.pick(options.apiserver_port, "kube-apiserver")
+    if state_dir.exists():
+        state.check_reusable(state_dir)
+    st = state.create(state_dir, options.name)
+    try:
+        _start(st, options, binaries, pools, images, apiserver_port, progress)
+    except BaseException:
+        # Nothing half-applied: stop whatever started, then drop the state dir.
+        _stop_all(st, progress=lambda _m: None)
+        state.remove(state_dir)
+        raise
+    progress(f"dev cluster {options.name!r} up in {time.monotonic() - started:.1f} s")
+    return st
+
+
+def _start(
+    st: state.ClusterState,
+    options: UpOptions,
+    binaries: dict[str, str],
+    pools: nodepools.NodePoolFile,
+    images: imagemap.ImageMap,
+    apiserver_port: int,
+    progress: Progress,
+) -> None:
+    d = st.state_dir
+    t = options.timeouts
+    pki = certs.generate(d / "pki", service_ip=SERVICE_IP, now=dt.datetime.now(dt.UTC))
+    tokens = {user: certs.new_token() for user in kubeconfig.USERS}
+    token_file = kubeconfig.write(d / "tokens.csv", kubeconfig.token_file(tokens))
+    server = f"https://127.0.0.1:{apiserver_port}"
+    kubeconfigs = {
+        user: kubeconfig.write(
+            d / f"{user.replace(':', '-')}.kubeconfig",
+            kubeconfig.render(
+                cluster=st.name, server=server, ca_cert=pki.ca_cert, user=user, token=token
+            ),
+        )
+        for user, token in tokens.items()
+    }
+    admin_kubeconfig = kubeconfig.write(d / "kubeconfig", kubeconfigs["admin"].read_text())
+    st.apiserver_url = server
+    st.kubeconfig = str(admin_kubeconfig)
+    st.pod_cidr = options.pod_cidr or default_pod_cidr(d)
+    st.ports = {
+        "kube-apiserver": apiserver_port,
+        "etcd": ports.free_port(),
+        "etcd-peer": ports.free_port(),
+        "kube-controller-manager": ports.free_port(),
+        "kube-scheduler": ports.free_port(),
+        "kwok": ports.free_port(),
+    }
+    st.save()
+    launcher = _Launcher(st, progress)
+    p = st.ports
+
+    etcd_url = f"http://127.0.0.1:{p['etcd']}"
+    peer_url = f"http://127.0.0.1:{p['etcd-peer']}"
+    launcher.run(
+        "etcd",
+        [
+            binaries["etcd"],
+            "--name=dev",
+            f"--data-dir={d / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=dev={peer_url}",
+            # Throwaway data: skipping fsync makes every write an order of magnitude cheaper.
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ],
+        _http_ready(f"{etcd_url}/health"),
+        t.etcd_s,
+    )
+    launcher.run(
+        "kube-apiserver",
+        [
+            binaries["kube-apiserver"],
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={apiserver_port}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--token-auth-file={token_file}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cert-dir={d / 'pki'}",
+            "--allow-privileged=true",
+            # 127.0.0.1 is not a valid endpoint address for the `kubernetes` Service.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ],
+        _https_ready(f"{server}/readyz", pki.ca_cert, tokens["admin"]),
+        t.apiserver_s,
+    )
+    cm_kubeconfig = str(kubeconfigs["system:kube-controller-manager"])
+    launcher.run(
+        "kube-controller-manager",
+        [
+            binaries["kube-controller-manager"],
+            f"--kubeconfig={cm_kubeconfig}",
+            f"--authentication-kubeconfig={cm_kubeconfig}",
+            f"--authorization-kubeconfig={cm_kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p['kube-controller-manager']}",
+            f"--cert-dir={d / 'controller-manager'}",
+            "--leader-elect=false",
+            f"--cluster-name={st.name}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca_cert}",
+            "--use-service-account-credentials=false",
+        ],
+        _https_ready(f"https://127.0.0.1:{p['kube-controller-manager']}/healthz", None, None),
+        t.component_s,
+    )
+    sched_kubeconfig = str(kubeconfigs["system:kube-scheduler"])
+    launcher.run(
+        "kube-scheduler",
+        [
+            binaries["kube-scheduler"],
+            f"--kubeconfig={sched_kubeconfig}",
+            f"--authentication-kubeconfig={sched_kubeconfig}",
+            f"--authorization-kubeconfig={sched_kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p['kube-scheduler']}",
+            f"--cert-dir={d / 'scheduler'}",
+            "--leader-elect=false",
+        ],
+        _https_ready(f"https://127.0.0.1:{p['kube-scheduler']}/healthz", None, None),
+        t.component_s,
+    )
+    kwok_config = d / "kwok.yaml"
+    kwok_config.write_text(
+        kwokconfig.render(
+            pod_cidr=st.pod_cidr,
+            server_address=f"127.0.0.1:{p['kwok']}",
+            image_regex=images.regex(),
+            kubelet_version=KUBERNETES_VERSION,
+        )
+    )
+    launcher.run(
+        "kwok",
+        [
+            binaries["kwok"],
+            f"--kubeconfig={kubeconfigs['kwok']}",
+            f"--config={kwok_config}",
+        ],
+        _http_ready(f"http://127.0.0.1:{p['kwok']}/healthz"),
+        t.component_s,
+    )
+    if options.pod_runner:
+        image_map = d / "images.yaml"
+        image_map.write_text((options.image_map or imagemap.default_path()).read_text())
+        ready_file = d / RUNNER_READY_FILE
+        launcher.run(
+            "pod-runner",
+            [
+                sys.executable,
+                "-m",
+                "tokenpilot.cli",
+                "pod-runner",
+                f"--kubeconfig={kubeconfigs['pod-runner']}",
+                f"--image-map={image_map}",
+                f"--work-dir={d / 'pods'}",
+                f"--ready-file={ready_file}",
+                f"--children-file={d / RUNNER_CHILDREN_FILE}",
+            ],
+            ready_file.exists,
+            t.component_s,
+        )
+    _register_nodes(st, pools, admin_kubeconfig, t.nodes_ready_s, progress)
+
+
+def _core_api(kubeconfig_path: Path) -> Any:
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig_path)))
+
+
+def _register_nodes(
+    st: state.ClusterState,
+    pools: nodepools.NodePoolFile,
+    kubeconfig_path: Path,
+    timeout_s: float,
+    progress: Progress,
+) -> None:
+    started = time.monotonic()
+    api = _core_api(kubeconfig_path)
+    manifests = nodepools.render_nodes(pools)
+    for manifest in manifests:
+        api.create_node(body=manifest)
+    wanted = {m["metadata"]["name"] for m in manifests}
+    deadline = started + timeout_s
+    while True:
+        ready = {
+            node.metadata.name
+            for node in api.list_node().items
+            if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        }
+        if wanted <= ready:
+            break
+        if time.monotonic() > deadline:
+            missing = ", ".join(sorted(wanted - ready))
+            raise WaitTimeout(
+                f"nodes not Ready after {timeout_s:.0f} s: {missing}. kwok's log: "
+                f"{st.state_dir / 'logs' / 'kwok.log'}:\n"
+                f"{procs.log_tail(st.state_dir / 'logs' / 'kwok.log')}"
+            )
+        time.sleep(0.2)
+    progress(f"{len(wanted)} fake nodes Ready ({time.monotonic() - started:.1f} s)")
+
+
+def _stop_all(st: state.ClusterState, progress: Progress) -> list[procs.ProcessRef]:
+    stopped = []
+    for ref in reversed(st.processes):
+        if procs.stop(ref):
+            stopped.append(ref)
+            progress(f"stopped {ref.name} (pid {ref.pid})")
+    # If the pod runner died without cleaning up, its children are recorded here.
+    for ref in runner_children(st.state_dir):
+        if procs.stop(ref):
+            stopped.append(ref)
+            progress(f"stopped pod process {ref.name} (pid {ref.pid})")
+    return stopped
+
+
+def runner_children(state_dir: Path) -> list[procs.ProcessRef]:
+    path = state_dir / RUNNER_CHILDREN_FILE
+    try:
+        return [procs.ProcessRef.from_json(p) for p in json.loads(path.read_text())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def down(state_dir: Path, progress: Progress = lambda _m: None) -> list[procs.ProcessRef]:
+    """Stop every process `up` recorded, then remove the state dir."""
+    try:
+        st = state.load(state_dir)
+    except StateDirError:
+        if not state.is_ours(state_dir):
+            raise
+        # Corrupt record: nothing to stop that we can identify, but the dir is ours to remove.
+        progress(f"state record in {state_dir} is unreadable; removing the directory only")
+        for ref in runner_children(state_dir):
+            procs.stop(ref)
+        state.remove(state_dir)
+        return []
+    stopped = _stop_all(st, progress)
+    still = st.alive()
+    if still:
+        raise DevClusterError(
+            "could not stop: " + ", ".join(f"{p.name} (pid {p.pid})" for p in still)
+        )
+    state.remove(state_dir)
+    progress(f"dev cluster {st.name!r} is down; removed {state_dir}")
+    return stopped
+
+
+@dataclass(frozen=True)
+class Status:
+    state: state.ClusterState
+    running: dict[str, bool]
+    apiserver_ready: bool
+
+    @property
+    def healthy(self) -> bool:
+        return self.apiserver_ready and all(self.running.values())
+
+
+def status(state_dir: Path) -> Status:
+    st = state.load(state_dir)
+    running = {p.name: procs.is_alive(p) for p in st.processes}
+    ready = False
+    if st.apiserver_url and running.get("kube-apiserver"):
+        ca = state_dir / "pki" / "ca.crt"
+        token = _admin_token(state_dir)
+        try:
+            ready = _https_ready(f"{st.apiserver_url}/readyz", ca, token)()
+        except (httpx.HTTPError, OSError, ssl.SSLError):
+            ready = False
+    return Status(state=st, running=running, apiserver_ready=ready)
+
+
+def _admin_token(state_dir: Path) -> str | None:
+    try:
+        for line in (state_dir / "tokens.csv").read_text().splitlines():
+            token, user, *_ = line.split(",")
+            if user == "admin":
+                return token
+    except OSError:
+        return None
+    return None

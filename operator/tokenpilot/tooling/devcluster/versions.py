@@ -1,0 +1,99 @@
+"""Pinned versions of the control-plane binaries and how each is built from the Go module proxy.
+
+Kubernetes is pinned at v1.33.x so the distribution's kubectl stays within version skew; etcd at
+v3.6.x because kube-apiserver turns off watch-progress requests on older servers; kwok and helm are
+plain Go modules. Bumping a version here changes the cache key, so the next build picks it up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KUBERNETES_VERSION = "v1.33.13"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.18.6"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One cache entry: a Go module at a version and the main packages built from it.
+
+    `sibling_version` is the version that a relative `replace` in the module's own go.mod stands
+    for (Kubernetes staging modules are published as v0.<minor>.<patch>; etcd's as the same
+    version), so a wrapper module can point each of them at the published release.
+    """
+
+    name: str
+    module: str
+    version: str
+    binaries: dict[str, str]  # binary name -> main package path
+    sibling_version: str
+    ldflags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+def _kubernetes() -> Component:
+    major, minor, _patch = KUBERNETES_VERSION.lstrip("v").split(".")
+    stamp: list[str] = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        stamp += [
+            f"-X {pkg}.gitVersion={KUBERNETES_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return Component(
+        name="kubernetes",
+        module="k8s.io/kubernetes",
+        version=KUBERNETES_VERSION,
+        binaries={
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        },
+        sibling_version="v0." + KUBERNETES_VERSION.split(".", 1)[1],
+        ldflags=tuple(stamp),
+    )
+
+
+def _etcd() -> Component:
+    return Component(
+        name="etcd",
+        module="go.etcd.io/etcd/server/v3",
+        version=ETCD_VERSION,
+        binaries={"etcd": "go.etcd.io/etcd/server/v3"},
+        sibling_version=ETCD_VERSION,
+        ldflags=(f"-X go.etcd.io/etcd/api/v3/version.GitSHA={ETCD_VERSION}",),
+    )
+
+
+def _kwok() -> Component:
+    return Component(
+        name="kwok",
+        module="sigs.k8s.io/kwok",
+        version=KWOK_VERSION,
+        binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+        sibling_version=KWOK_VERSION,
+        ldflags=(f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION.lstrip('v')}",),
+    )
+
+
+def _helm() -> Component:
+    return Component(
+        name="helm",
+        module="helm.sh/helm/v3",
+        version=HELM_VERSION,
+        binaries={"helm": "helm.sh/helm/v3/cmd/helm"},
+        sibling_version=HELM_VERSION,
+        ldflags=(
+            f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+            "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+        ),
+    )
+
+
+COMPONENTS: tuple[Component, ...] = (_etcd(), _kubernetes(), _kwok(), _helm())

@@ -1,0 +1,124 @@
+"""The image-to-command mapping: which container images run as which local command.
+
+Globs are translated to one anchored regular expression that both this module and kwok's stage
+templates (Go RE2) use, so the pod runner and kwok always agree on which pods are real.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tokenpilot.tooling.devcluster.errors import ImageMapError
+
+PLACEHOLDERS = ("{python}", "{args}", "{pod_ip}", "{port}")
+
+
+class ImageRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: str = Field(min_length=1, description="glob over the full image reference")
+    command: list[str] = Field(min_length=1)
+
+    @field_validator("command")
+    @classmethod
+    def _known_placeholders(cls, command: list[str]) -> list[str]:
+        for word in command:
+            for name in re.findall(r"\{[^{}]*\}", word):
+                if name not in PLACEHOLDERS:
+                    raise ValueError(
+                        f"unknown placeholder {name}; use one of {', '.join(PLACEHOLDERS)}"
+                    )
+        return command
+
+
+class ImageMap(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    images: list[ImageRule] = Field(default_factory=list)
+
+    def rule_for(self, image: str) -> ImageRule | None:
+        for rule in self.images:
+            if re.fullmatch(glob_to_regex(rule.image), image):
+                return rule
+        return None
+
+    def regex(self) -> str:
+        """One anchored RE2-compatible expression matching every mapped image ('' if none)."""
+        if not self.images:
+            return ""
+        return "^(?:" + "|".join(glob_to_regex(r.image) for r in self.images) + ")$"
+
+
+def glob_to_regex(glob: str) -> str:
+    out = []
+    for char in glob:
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("tokenpilot.tooling.podrunner") / "data" / "images.yaml"))
+
+
+def parse(text: str, source: str) -> ImageMap:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ImageMapError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ImageMapError(f"{source}: expected a mapping with an `images:` list at the top")
+    try:
+        return ImageMap.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()
+        )
+        raise ImageMapError(
+            f"{source}: invalid image map: {problems}. See {default_path()} for the format."
+        ) from exc
+
+
+def load(path: Path | None) -> ImageMap:
+    path = path or default_path()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ImageMapError(f"cannot read image map {path}: {exc.strerror}") from exc
+    return parse(text, str(path))
+
+
+def render_command(
+    rule: ImageRule,
+    *,
+    args: Sequence[str],
+    pod_ip: str,
+    port: int | None,
+    python: str = sys.executable,
+) -> list[str]:
+    """The argv to run: `{args}` alone in a word splices the container args in."""
+    values: Mapping[str, str] = {
+        "{python}": python,
+        "{pod_ip}": pod_ip,
+        "{port}": "" if port is None else str(port),
+    }
+    argv: list[str] = []
+    for word in rule.command:
+        if word == "{args}":
+            argv.extend(args)
+            continue
+        for name, value in values.items():
+            word = word.replace(name, value)
+        argv.append(word.replace("{args}", " ".join(args)))
+    return argv

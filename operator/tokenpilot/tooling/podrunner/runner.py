@@ -1,0 +1,389 @@
+"""The pod runner loop: watch pods, run mapped containers as local processes, probe them, and
+write what it sees into pod status.
+
+Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
+the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
+with the kubelet's back-off, stops those whose pod is gone, runs readiness probes on their
+period and patches pod status when it changed. Each child runs in its own session and is
+recorded (PID plus start time) in the children file, so `dev-cluster down` can stop it even
+if the runner itself was killed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenpilot.tooling.devcluster import procs
+from tokenpilot.tooling.podrunner import probes
+from tokenpilot.tooling.podrunner.imagemap import ImageMap, render_command
+from tokenpilot.tooling.podrunner.status import Observation, status_patch
+
+log = logging.getLogger("tokenpilot.pod-runner")
+
+TICK_S = 0.25
+WATCH_TIMEOUT_S = 60
+MAX_BACKOFF_S = 30.0
+STOP_GRACE_S = 5.0
+
+
+def _now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Workload:
+    """One mapped container of one pod and its local process."""
+
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+    argv: list[str]
+    env: dict[str, str]
+    pod_ip: str
+    probe: probes.ProbeSpec
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    ref: procs.ProcessRef | None = None
+    started_at: str | None = None
+    started_mono: float = 0.0
+    restart_count: int = 0
+    last_exit_code: int | None = None
+    last_finished_at: str | None = None
+    restart_after_mono: float = 0.0
+    next_probe_mono: float = 0.0
+    successes: int = 0
+    failures: int = 0
+    ready: bool = False
+    start_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def observation(self) -> Observation:
+        running = self.proc is not None and self.proc.poll() is None
+        waiting_reason = None
+        waiting_message = None
+        if not running:
+            if self.start_error:
+                waiting_reason, waiting_message = "RunContainerError", self.start_error
+            elif self.restart_count:
+                waiting_reason = "CrashLoopBackOff"
+                waiting_message = f"local process exited with code {self.last_exit_code}"
+            else:
+                waiting_reason = "ContainerCreating"
+        return Observation(
+            running=running,
+            ready=running and self.ready,
+            restart_count=self.restart_count,
+            started_at=self.started_at if running else None,
+            waiting_reason=waiting_reason,
+            waiting_message=waiting_message,
+            last_exit_code=self.last_exit_code,
+            last_finished_at=self.last_finished_at,
+        )
+
+
+def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """Literal values and the common downward-API fields; other sources are not resolved."""
+    meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    fields = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": status.get("podIP", ""),
+        "status.hostIP": status.get("hostIP", ""),
+    }
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+        elif "valueFrom" in var and "fieldRef" in var["valueFrom"]:
+            env[var["name"]] = fields.get(var["valueFrom"]["fieldRef"]["fieldPath"], "")
+        else:
+            log.warning(
+                "pod %s/%s: env %s uses a source the pod runner does not resolve; left unset",
+                meta.get("namespace"),
+                meta.get("name"),
+                var.get("name"),
+            )
+    return env
+
+
+class PodRunner:
+    def __init__(
+        self,
+        api: Any,
+        images: ImageMap,
+        work_dir: Path,
+        children_file: Path | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.api = api
+        self.images = images
+        self.work_dir = work_dir
+        self.children_file = children_file
+        self.python = python
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self.workloads: dict[tuple[str, str], Workload] = {}  # (uid, container) -> workload
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.synced = threading.Event()
+        self.watch_error: str | None = None
+
+    # -- watching -------------------------------------------------------------------------
+
+    def _relist(self) -> str:
+        response = self.api.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName!=", _preload_content=False
+        )
+        body = json.loads(response.data)
+        with self.lock:
+            self.pods = {p["metadata"]["uid"]: p for p in body["items"]}
+        self.synced.set()
+        return str(body["metadata"]["resourceVersion"])
+
+    def watch_forever(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        resource_version = ""
+        while not self.stopping.is_set():
+            try:
+                if not resource_version:
+                    resource_version = self._relist()
+                stream = watch.Watch().stream(
+                    self.api.list_pod_for_all_namespaces,
+                    field_selector="spec.nodeName!=",
+                    resource_version=resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_S,
+                    allow_watch_bookmarks=True,
+                )
+                for event in stream:
+                    pod = event["raw_object"]
+                    kind = event["type"]
+                    if kind == "ERROR":
+                        resource_version = ""  # expired: relist
+                        break
+                    resource_version = pod["metadata"].get("resourceVersion", resource_version)
+                    if kind == "BOOKMARK":
+                        continue
+                    with self.lock:
+                        if kind == "DELETED":
+                            self.pods.pop(pod["metadata"]["uid"], None)
+                        else:
+                            self.pods[pod["metadata"]["uid"]] = pod
+                    if self.stopping.is_set():
+                        return
+            except ApiException as exc:
+                # 410 Gone: our resourceVersion is too old; anything else: back off and relist.
+                log.info("pod watch ended (%s); relisting", exc.status)
+                resource_version = ""
+                self.stopping.wait(0 if exc.status == 410 else 1.0)
+            except Exception as exc:
+                self.watch_error = str(exc)
+                log.warning("pod watch failed: %s; retrying in 1 s", exc)
+                resource_version = ""
+                self.stopping.wait(1.0)
+
+    # -- reconciling ----------------------------------------------------------------------
+
+    def _wanted(self) -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]]:
+        wanted = {}
+        with self.lock:
+            pods = list(self.pods.values())
+        for pod in pods:
+            meta, status = pod["metadata"], pod.get("status") or {}
+            if meta.get("deletionTimestamp") or not status.get("podIP"):
+                continue
+            if status.get("phase") not in ("Running", "Pending"):
+                continue
+            for container in pod["spec"].get("containers", []):
+                if self.images.rule_for(container.get("image", "")) is not None:
+                    wanted[(meta["uid"], container["name"])] = (pod, container)
+        return wanted
+
+    def _new_workload(self, pod: dict[str, Any], container: dict[str, Any]) -> Workload:
+        meta = pod["metadata"]
+        pod_ip = pod["status"]["podIP"]
+        rule = self.images.rule_for(container["image"])
+        assert rule is not None
+        argv = render_command(
+            rule,
+            args=[str(a) for a in container.get("args") or []],
+            pod_ip=pod_ip,
+            port=probes.container_port(container),
+            python=self.python,
+        )
+        name = f"{meta['namespace']}_{meta['name']}_{container['name']}"
+        return Workload(
+            namespace=meta["namespace"],
+            pod=meta["name"],
+            uid=meta["uid"],
+            container=container["name"],
+            argv=argv,
+            env=_container_env(pod, container),
+            pod_ip=pod_ip,
+            probe=probes.readiness_spec(container),
+            log_path=self.work_dir / f"{name}.log",
+        )
+
+    def _start(self, w: Workload, now_mono: float) -> None:
+        env = {**os.environ, **w.env}
+        log.info("starting %s/%s %s: %s", w.namespace, w.pod, w.container, " ".join(w.argv))
+        try:
+            w.proc, w.ref = procs.start(
+                f"{w.namespace}/{w.pod}/{w.container}", w.argv, w.log_path, env=env
+            )
+        except Exception as exc:
+            w.start_error = str(exc)
+            w.restart_after_mono = now_mono + MAX_BACKOFF_S
+            return
+        w.start_error = None
+        w.started_at = _now_rfc3339()
+        w.started_mono = now_mono
+        w.ready = False
+        w.successes = w.failures = 0
+        w.next_probe_mono = now_mono + w.probe.initial_delay_s
+
+    def _tick_workload(self, w: Workload, now_mono: float) -> None:
+        if w.proc is None:
+            if now_mono >= w.restart_after_mono:
+                self._start(w, now_mono)
+            return
+        code = w.proc.poll()
+        if code is not None:
+            log.info("%s/%s %s exited with %s", w.namespace, w.pod, w.container, code)
+            w.proc = None
+            w.ready = False
+            w.last_exit_code = code
+            w.last_finished_at = _now_rfc3339()
+            w.restart_count += 1
+            # The kubelet's back-off: 10 s doubling to 5 min; shorter here, same shape.
+            delay = min(MAX_BACKOFF_S, 1.0 * 2 ** (w.restart_count - 1))
+            w.restart_after_mono = now_mono + delay
+            self._save_children()
+            return
+        if now_mono < w.next_probe_mono:
+            return
+        ok = probes.run_probe(w.probe, w.pod_ip)
+        w.next_probe_mono = now_mono + w.probe.period_s
+        if ok:
+            w.successes += 1
+            w.failures = 0
+            if w.successes >= w.probe.success_threshold:
+                w.ready = True
+        else:
+            w.failures += 1
+            w.successes = 0
+            if w.failures >= w.probe.failure_threshold or not w.ready:
+                w.ready = False
+
+    def _stop_workload(self, w: Workload) -> None:
+        if w.ref is not None:
+            log.info("stopping %s/%s %s (pid %s)", w.namespace, w.pod, w.container, w.ref.pid)
+            procs.stop(w.ref, timeout_s=STOP_GRACE_S)
+        w.proc = None
+
+    def _patch_status(self, uid: str) -> None:
+        with self.lock:
+            pod = self.pods.get(uid)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        observed = {
+            w.container: w.observation() for (u, _), w in self.workloads.items() if u == uid
+        }
+        patch = status_patch(pod, observed, _now_rfc3339())
+        if patch is None:
+            return
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        try:
+            response = self.api.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], patch, _preload_content=False
+            )
+        except ApiException as exc:
+            # 404: the pod went away between our read and write; 409 cannot happen for a patch.
+            if exc.status != 404:
+                log.warning(
+                    "status patch of %s/%s failed: %s", meta["namespace"], meta["name"], exc.reason
+                )
+            return
+        with self.lock:
+            if uid in self.pods:
+                self.pods[uid] = json.loads(response.data)
+
+    def reconcile_once(self) -> None:
+        now_mono = time.monotonic()
+        wanted = self._wanted()
+        changed = False
+        for key in [k for k in self.workloads if k not in wanted]:
+            self._stop_workload(self.workloads.pop(key))
+            changed = True
+        for key, (pod, container) in wanted.items():
+            if key not in self.workloads:
+                self.workloads[key] = self._new_workload(pod, container)
+                changed = True
+            workload = self.workloads[key]
+            had_proc = workload.proc is not None
+            self._tick_workload(workload, now_mono)
+            changed = changed or had_proc != (workload.proc is not None)
+        if changed:
+            self._save_children()
+        for uid in {uid for uid, _ in wanted}:
+            self._patch_status(uid)
+
+    def _save_children(self) -> None:
+        if self.children_file is None:
+            return
+        refs = [w.ref.to_json() for w in self.workloads.values() if w.ref and w.proc]
+        tmp = self.children_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(refs))
+        os.replace(tmp, self.children_file)
+
+    def run(self, ready_file: Path | None = None, sync_timeout_s: float = 30.0) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        watcher = threading.Thread(target=self.watch_forever, name="pod-watch", daemon=True)
+        watcher.start()
+        if not self.synced.wait(sync_timeout_s):
+            raise RuntimeError(
+                f"could not list pods within {sync_timeout_s:.0f} s: {self.watch_error}"
+            )
+        if ready_file is not None:
+            ready_file.write_text(str(os.getpid()))
+        log.info("pod runner ready; mapped images: %s", [r.image for r in self.images.images])
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self.reconcile_once()
+                except Exception:
+                    log.exception("reconcile failed")
+                self.stopping.wait(TICK_S)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        for key in list(self.workloads):
+            self._stop_workload(self.workloads.pop(key))
+        self._save_children()
+
+
+def install_signal_handlers(runner: PodRunner) -> None:
+    def handle(_signum: int, _frame: object) -> None:
+        runner.stopping.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)

@@ -1,0 +1,116 @@
+"""Pure: from a pod and what the runner observed of its local processes, the status patch.
+
+The patch carries the Ready and ContainersReady conditions and the full containerStatuses list
+(the API replaces that list as a whole). Containers the runner does not run keep the status kwok
+gave them. A condition keeps its lastTransitionTime unless its status flips, and no patch is
+produced when nothing changed, so a steady pod costs no writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the runner knows about one container it runs as a local process."""
+
+    running: bool
+    ready: bool
+    restart_count: int = 0
+    started_at: str | None = None
+    waiting_reason: str | None = None  # ContainerCreating, CrashLoopBackOff
+    waiting_message: str | None = None
+    last_exit_code: int | None = None
+    last_finished_at: str | None = None
+
+
+def _container_status(name: str, image: str, obs: Observation) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "ready": obs.ready,
+        "started": obs.running,
+        "restartCount": obs.restart_count,
+    }
+    if obs.running:
+        entry["state"] = {"running": {"startedAt": obs.started_at}}
+    else:
+        waiting: dict[str, Any] = {"reason": obs.waiting_reason or "ContainerCreating"}
+        if obs.waiting_message:
+            waiting["message"] = obs.waiting_message
+        entry["state"] = {"waiting": waiting}
+    if obs.last_exit_code is not None:
+        entry["lastState"] = {
+            "terminated": {
+                "exitCode": obs.last_exit_code,
+                "reason": "Completed" if obs.last_exit_code == 0 else "Error",
+                "finishedAt": obs.last_finished_at,
+            }
+        }
+    return entry
+
+
+def _condition(
+    current: Mapping[str, Any] | None, type_: str, unready: list[str], now: str
+) -> dict[str, Any]:
+    ok = not unready
+    status = "True" if ok else "False"
+    flipped = current is None or current.get("status") != status
+    condition: dict[str, Any] = {
+        "type": type_,
+        "status": status,
+        "lastTransitionTime": now if flipped else current.get("lastTransitionTime", now),
+    }
+    if not ok:
+        condition["reason"] = "ContainersNotReady"
+        condition["message"] = f"containers with unready status: [{' '.join(unready)}]"
+    return condition
+
+
+def status_patch(
+    pod: Mapping[str, Any], observed: Mapping[str, Observation], now: str
+) -> dict[str, Any] | None:
+    """The pod status patch for `observed` containers, or None when the status already says so."""
+    spec_containers = pod.get("spec", {}).get("containers", [])
+    status = pod.get("status", {}) or {}
+    existing = {c.get("name"): c for c in status.get("containerStatuses") or []}
+    statuses: list[dict[str, Any]] = []
+    for container in spec_containers:
+        name = container["name"]
+        if name in observed:
+            statuses.append(_container_status(name, container.get("image", ""), observed[name]))
+        elif name in existing:
+            statuses.append(existing[name])
+    unready = [c["name"] for c in spec_containers if not _is_ready(c["name"], statuses)]
+    current_conditions = list(status.get("conditions") or [])
+    by_type = {c.get("type"): c for c in current_conditions}
+    wanted = {t: _condition(by_type.get(t), t, unready, now) for t in ("ContainersReady", "Ready")}
+    unchanged = all(_is_subset(s, existing.get(s["name"])) for s in statuses) and all(
+        _is_subset(_sans_time(c), by_type.get(t)) for t, c in wanted.items()
+    )
+    if unchanged:
+        return None
+    # The whole list goes out, so the patch means the same under merge and strategic merge.
+    conditions = [wanted.get(c.get("type"), c) for c in current_conditions]
+    conditions += [c for t, c in wanted.items() if t not in by_type]
+    return {"status": {"conditions": conditions, "containerStatuses": statuses}}
+
+
+def _is_ready(name: str, statuses: list[dict[str, Any]]) -> bool:
+    return any(s["name"] == name and s.get("ready") for s in statuses)
+
+
+def _sans_time(condition: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in condition.items() if k != "lastTransitionTime"}
+
+
+def _is_subset(wanted: Any, current: Any) -> bool:
+    """True when every field of `wanted` has the same value in `current` (recursively)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(current, Mapping) and all(
+            _is_subset(v, current.get(k)) for k, v in wanted.items()
+        )
+    return bool(wanted == current)
