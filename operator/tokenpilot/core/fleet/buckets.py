@@ -31,8 +31,15 @@ class BucketCounter:
         # Prometheus buckets are inclusive upper bounds: `le`.
         self.counts[bisect.bisect_left(self.bounds, value_s)] += num
 
-    def snapshot(self) -> tuple[int, ...]:
-        return tuple(self.counts)
+    def observe_steps(self, durations_s: list[float], num_decode: list[int]) -> None:
+        """Every decode token of a step is one ITL observation of the step's duration."""
+        bounds, counts = self.bounds, self.counts
+        for duration_s, num in zip(durations_s, num_decode, strict=True):
+            if num:
+                counts[bisect.bisect_left(bounds, duration_s)] += num
+
+    def cumulative(self) -> tuple[Bucket, ...]:
+        return cumulative(self.bounds, self.counts)
 
 
 def cumulative(bounds: Sequence[float], counts: Sequence[int]) -> tuple[Bucket, ...]:

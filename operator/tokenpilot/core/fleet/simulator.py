@@ -21,8 +21,8 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from tokenpilot.core.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
 from tokenpilot.core.fleet.config import FleetConfig
-from tokenpilot.core.fleet.metrics import MetricsStore
 from tokenpilot.core.fleet.policies.base import FleetPolicy
 from tokenpilot.core.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
 from tokenpilot.core.fleet.view import FleetView, MetricsSource, PodSample
@@ -34,10 +34,25 @@ ProgressFn = Callable[[float], None]
 
 
 class _Replica:
-    __slots__ = ("created_s", "ended_s", "engine", "index", "outstanding", "ready_s", "removed_s")
+    __slots__ = (
+        "created_s",
+        "ended_s",
+        "engine",
+        "index",
+        "itl",
+        "name",
+        "outstanding",
+        "ready_s",
+        "removed_s",
+        "ttft",
+    )
 
     def __init__(self, index: int, engine: Engine, created_s: float, ready_s: float) -> None:
         self.index = index
+        self.name = f"replica-{index}"
+        # The engine's own histograms, as its /metrics would expose them.
+        self.ttft = BucketCounter(TTFT_BUCKETS_S)
+        self.itl = BucketCounter(ITL_BUCKETS_S)
         self.engine = engine
         self.created_s = created_s
         self.ready_s = ready_s
@@ -73,7 +88,8 @@ class FleetSimulation:
         self._pending: deque[int] = deque()
         # Not yet Ready, in Ready-time order (one cold start for all, created in time order).
         self._starting: deque[_Replica] = deque()
-        self._metrics = MetricsStore(max(policy.window_s, config.scrape_interval_s))
+        self._last_pods: tuple[PodSample, ...] = ()
+        self._last_scrape_s = 0.0
         self._events: list[ScaleEvent] = []
         self._series_t: list[float] = []
         self._series_spec: list[int] = []
@@ -186,11 +202,9 @@ class FleetSimulation:
             replica.outstanding -= 1
             if stats.finish_s > self._last_finish_s:
                 self._last_finish_s = stats.finish_s
-            if stats.num_output_tokens == 1:
-                self._metrics.ttft.observe(ttft_s)
         elif type(event) is FirstToken:
             index = int(event.request_id)
-            self._metrics.ttft.observe(event.time_s - self._arrival_s[index])
+            replica.ttft.observe(event.time_s - self._arrival_s[index])
 
     def _dispatch(self, index: int, now_s: float) -> None:
         best: _Replica | None = None
@@ -222,39 +236,43 @@ class FleetSimulation:
         while pending:
             self._dispatch(pending.popleft(), now_s)
 
-    def _pods(self, now_s: float) -> tuple[PodSample, ...]:
-        return tuple(
-            PodSample(r.engine.num_running, r.engine.num_waiting, r.engine.kv_cache_usage)
-            for r in self._serving(now_s)
-        )
-
     def _scrape(self, now_s: float) -> None:
-        metrics = self._metrics
-        for replica in self._replicas:
-            if replica.ended_s is not None and not replica.engine.step_log.start_s:
-                continue
-            log = replica.engine.drain_step_log()
-            metrics.observe_steps(log.duration_s, log.num_decode_tokens)
-        metrics.scrape(now_s, self._pods(now_s))
+        pods: list[PodSample] = []
+        for replica in self._serving(now_s):
+            engine = replica.engine
+            log = engine.drain_step_log()
+            replica.itl.observe_steps(log.duration_s, log.num_decode_tokens)
+            pods.append(
+                PodSample(
+                    name=replica.name,
+                    at_s=now_s,
+                    num_requests_running=engine.num_running,
+                    num_requests_waiting=engine.num_waiting,
+                    kv_cache_usage=engine.kv_cache_usage,
+                    ttft_buckets=replica.ttft.cumulative(),
+                    itl_buckets=replica.itl.cumulative(),
+                )
+            )
+        # Draining replicas are no longer scraped (not Ready); their step logs are let go.
+        for replica in self._live:
+            if replica.removed_s is not None:
+                replica.engine.drain_step_log()
+        self._last_pods = tuple(pods)
+        self._last_scrape_s = now_s
 
     def _evaluate(self, now_s: float) -> None:
         policy = self.policy
         if policy.source is MetricsSource.pods:
             self._scrape(now_s)
-        metrics = self._metrics
-        ttft_window, itl_window = metrics.window(policy.window_s)
         spec = self._spec_replicas()
         num_ready = len(self._serving(now_s))
         view = FleetView(
             now_s=now_s,
-            scraped_at_s=metrics.last_scrape_s,
+            scraped_at_s=self._last_scrape_s,
             spec_replicas=spec,
             num_ready=num_ready,
             num_starting=spec - num_ready,
-            pods=metrics.last_pods,
-            window_s=policy.window_s,
-            ttft_window=ttft_window,
-            itl_window=itl_window,
+            pods=self._last_pods,
         )
         choice = policy.decide(view)
         desired = max(self.config.min_replicas, min(self.config.max_replicas, choice.replicas))

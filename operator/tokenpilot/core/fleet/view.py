@@ -1,11 +1,11 @@
 """What an autoscaler sees of the fleet at one evaluation: replica counts and scraped metrics.
 
 Metrics reach each policy the way its real source delivers them:
-- `prometheus` (HPA via an adapter, KEDA's Prometheus scaler): gauges as of the latest scrape,
-  so up to one scrape interval old; histograms as bucket increases between scrapes.
-- `pods` (AIBrix's metric fetcher, the TokenPilot operator): read from the Ready pods' /metrics
-  at the evaluation itself.
-Either way latencies are only known through vLLM's histogram buckets, never as exact values.
+- `prometheus` (HPA via an adapter, KEDA's Prometheus scaler): the pods' samples as of the
+  latest scrape, so up to one scrape interval old.
+- `pods` (AIBrix's metric fetcher, the TokenPilot operator's direct source): read from the
+  Ready pods' /metrics at the evaluation itself.
+Latencies are only available as vLLM's cumulative histogram buckets, never as exact values.
 """
 
 from __future__ import annotations
@@ -23,11 +23,15 @@ class MetricsSource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PodSample:
-    """One Ready pod's gauges as scraped."""
+    """One Ready pod's /metrics at `at_s`: gauges and cumulative `(le, count)` histograms."""
 
+    name: str
+    at_s: float
     num_requests_running: int
     num_requests_waiting: int
     kv_cache_usage: float
+    ttft_buckets: tuple[Bucket, ...]
+    itl_buckets: tuple[Bucket, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +39,7 @@ class FleetView:
     """The inputs of one scaling evaluation at `now_s`.
 
     `spec_replicas` counts Ready and starting replicas (not draining ones), as the scale
-    subresource's spec.replicas does. `pods` holds the Ready pods that were scraped.
-    Histograms are cumulative `(le, count)` increases over the last `window_s`, summed over pods.
+    subresource's spec.replicas does. `pods` holds the Ready pods as last scraped.
     """
 
     now_s: float
@@ -45,9 +48,6 @@ class FleetView:
     num_ready: int
     num_starting: int
     pods: tuple[PodSample, ...]
-    window_s: float
-    ttft_window: tuple[Bucket, ...]
-    itl_window: tuple[Bucket, ...]
 
     @property
     def total_running(self) -> int:

@@ -20,12 +20,10 @@ class FleetPolicy(Protocol):
     """A stateful autoscaler evaluated every `interval_s` seconds of virtual time.
 
     One instance serves one run: windows and stabilization state live on the instance.
-    `window_s` is the longest metrics window it reads (0 when it reads only gauges).
     """
 
     name: str
     interval_s: float
     source: MetricsSource
-    window_s: float
 
     def decide(self, view: FleetView) -> ScaleChoice: ...

@@ -27,7 +27,6 @@ class HpaPolicy:
     name: str = "hpa"
     interval_s: float = HPA_SYNC_PERIOD_S
     source: MetricsSource = MetricsSource.prometheus
-    window_s: float = 0.0
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:

@@ -32,7 +32,6 @@ class KedaPolicy:
     name: str = "keda"
     interval_s: float = KEDA_POLLING_INTERVAL_S
     source: MetricsSource = MetricsSource.prometheus
-    window_s: float = 0.0
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:

@@ -36,7 +36,6 @@ class KpaPolicy:
     name: str = "aibrix-kpa"
     interval_s: float = KPA_TICK_S
     source: MetricsSource = MetricsSource.pods
-    window_s: float = 0.0
     stable_window_s: float = KPA_STABLE_WINDOW_S
     panic_window_s: float = KPA_PANIC_WINDOW_S
     _samples: deque[tuple[float, float]] = field(default_factory=deque)

@@ -14,7 +14,6 @@ class StaticPolicy:
     name: str = "static-peak"
     interval_s: float = 60.0
     source: MetricsSource = MetricsSource.prometheus
-    window_s: float = 0.0
 
     def decide(self, view: FleetView) -> ScaleChoice:
         return ScaleChoice(self.replicas, f"fixed at {self.replicas} replicas")

@@ -1,40 +1,26 @@
 """`tokenpilot` and `vllm-default-budget`: the operator's own `decide()`, called as it calls it.
 
-The operator evaluates every few seconds from a direct scrape of the Ready pods: waiting and
-running requests summed over pods, ITL and TTFT P99 from vLLM's histogram bucket increases over
-a window (`core.histogram.quantile`, with the bucket's upper edge as the bound), and threads
-`Decision.history` into the next call. The two policies differ only in the engines' token
-budget (tuned by the tuner, or vLLM's default), which the comparison sets on the engines.
+The operator's direct metrics source scrapes every Ready pod on each evaluation, keeps a ring
+of samples per pod just longer than the window, and turns the rings into one `Observation`
+with `core.autoscale.window.observe_rings` (gauges from the latest scrape, P99s from the summed
+per-pod histogram increases); `decide()` gets it with the history of the previous call. This
+policy does the same with the simulated pods' /metrics. The two policies differ only in the
+engines' token budget (tuned, or vLLM's default), which the comparison sets on the engines.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenpilot.core.autoscale import (
-    AutoscalePolicy,
-    History,
-    LatencyQuantile,
-    Observation,
-    decide,
-)
+from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
 from tokenpilot.core.fleet.policies.base import ScaleChoice
 from tokenpilot.core.fleet.view import FleetView, MetricsSource
-from tokenpilot.core.histogram import Bucket, quantile
 
-# How often the operator evaluates and over what window it reads latency histograms; keep in
-# step with the operator's autoscaling timer.
+# The operator's evaluation interval, and the direct source's default window
+# (adapters.metrics.direct.DEFAULT_WINDOW_S); keep in step with them.
 OPERATOR_INTERVAL_S = 5.0
 OPERATOR_WINDOW_S = 30.0
-
-
-def latency_p99(buckets: tuple[Bucket, ...]) -> LatencyQuantile:
-    estimate = quantile(0.99, buckets)
-    return LatencyQuantile(
-        p99_s=estimate.value,
-        num_observations=buckets[-1][1] if buckets else 0.0,
-        upper_bound_s=estimate.upper_bound,
-    )
 
 
 @dataclass(slots=True)
@@ -45,21 +31,28 @@ class TokenPilotPolicy:
     source: MetricsSource = MetricsSource.pods
     window_s: float = OPERATOR_WINDOW_S
     history: History = field(default_factory=History)
+    _rings: dict[str, Ring] = field(default_factory=dict)
 
     def decide(self, view: FleetView) -> ScaleChoice:
-        pods = view.pods
-        observation = Observation(
+        rings: dict[str, Ring] = {}
+        for pod in view.pods:
+            sample = EngineSample(
+                at_s=pod.at_s,
+                num_requests_waiting=float(pod.num_requests_waiting),
+                num_requests_running=float(pod.num_requests_running),
+                kv_cache_usage=pod.kv_cache_usage,
+                itl_buckets=pod.itl_buckets,
+                ttft_buckets=pod.ttft_buckets,
+            )
+            rings[pod.name] = push(self._rings.get(pod.name, ()), sample, self.window_s)
+        # Pods that left (removed, or no longer Ready) drop out of the rings, as in the source.
+        self._rings = rings
+        observation = observe_rings(
+            rings,
             observed_at_s=view.scraped_at_s,
             desired_replicas=view.spec_replicas,
             ready_replicas=view.num_ready,
             num_pods_expected=view.num_ready,
-            num_pods_scraped=len(pods),
-            num_requests_waiting=float(view.total_waiting),
-            num_requests_running=float(view.total_running),
-            itl=latency_p99(view.itl_window),
-            ttft=latency_p99(view.ttft_window),
-            kv_cache_usage=(sum(p.kv_cache_usage for p in pods) / len(pods) if pods else None),
-            window_s=view.window_s,
         )
         decision = decide(self.autoscale, self.history, observation, view.now_s)
         self.history = decision.history
