@@ -1,0 +1,88 @@
+"""Read GPU profiles from files, directories and ConfigMap data into the pure parser.
+
+Where the built-in profiles live: a checkout has them in the top-level `policies/gpus/`; an
+installed wheel carries the same files as data files under `<prefix>/share/tokenpilot/gpus`
+(pyproject's `[tool.setuptools.data-files]`). The first of those that exists is used, so there is
+one copy of each profile in the source tree and nothing is generated.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.profiles import GPUProfile, ProfileCatalog, merge_catalogs, parse_profile
+
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def builtin_profiles_dir() -> Path:
+    """The directory holding the built-in profiles, in a checkout or an installed wheel."""
+    candidates = [
+        Path(__file__).resolve().parents[3] / "policies" / "gpus",
+        Path(sysconfig.get_path("data")) / "share" / "tokenpilot" / "gpus",
+        Path(sys.prefix) / "share" / "tokenpilot" / "gpus",
+    ]
+    for candidate in candidates:
+        if candidate.is_dir() and any(candidate.glob("*.yaml")):
+            return candidate
+    tried = ", ".join(str(c) for c in candidates)
+    raise InvalidSpec(
+        f"built-in GPU profiles not found (looked in {tried}); reinstall tokenpilot or run "
+        f"from a checkout that has policies/gpus/"
+    )
+
+
+def read_profile_file(path: Path) -> GPUProfile:
+    """One profile file; errors name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidSpec(f"{path}: cannot read GPU profile ({exc.strerror})") from None
+    return parse_profile(text, str(path))
+
+
+def read_profile_dir(directory: Path) -> list[GPUProfile]:
+    """Every `*.yaml`/`*.yml` profile in a directory, in name order."""
+    if not directory.is_dir():
+        raise InvalidSpec(
+            f"{directory}: GPU profile directory does not exist; pass a directory of profile "
+            f"YAML files"
+        )
+    files = sorted(p for p in directory.iterdir() if p.suffix in PROFILE_SUFFIXES)
+    return [read_profile_file(p) for p in files]
+
+
+def parse_configmap_data(data: Mapping[str, str], configmap: str) -> list[GPUProfile]:
+    """Profiles from a ConfigMap's `data`: one profile per key ending in .yaml or .yml."""
+    profiles = []
+    for key in sorted(data):
+        if not key.endswith(PROFILE_SUFFIXES):
+            raise InvalidSpec(
+                f"ConfigMap {configmap}: key {key!r} is not a profile; name each key "
+                f"<sku>.yaml and put one GPU profile in it"
+            )
+        profiles.append(parse_profile(data[key], f"ConfigMap {configmap}, key {key}"))
+    return profiles
+
+
+def load_builtin_catalog() -> ProfileCatalog:
+    """The profiles that ship with TokenPilot."""
+    return ProfileCatalog(read_profile_dir(builtin_profiles_dir()))
+
+
+def load_catalog(
+    dirs: Iterable[Path] = (),
+    configmap_data: Mapping[str, str] | None = None,
+    configmap: str = "gpu-profiles",
+) -> ProfileCatalog:
+    """Built-ins overridden by each directory in order, then by the ConfigMap's profiles."""
+    catalog = load_builtin_catalog()
+    for directory in dirs:
+        catalog = merge_catalogs(catalog, read_profile_dir(Path(directory)))
+    if configmap_data:
+        catalog = merge_catalogs(catalog, parse_configmap_data(configmap_data, configmap))
+    return catalog
