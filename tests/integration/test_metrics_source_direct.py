@@ -1,0 +1,95 @@
+"""The direct metrics source against real local HTTP servers: healthy, garbage, down, hung."""
+
+from __future__ import annotations
+
+import pytest
+from fake_engines import EngineFarm, FakeEngine, closed_port
+
+from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget, parse_metrics
+from tokenpilot.core import vllm_metrics
+from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
+
+POLICY = AutoscalePolicy(min_replicas=1, max_replicas=8, itl_p99_slo_s=0.05)
+
+
+def target(urls: list[str], *, desired: int | None = None) -> ServiceTarget:
+    pods = tuple(PodEndpoint(f"llm-{i}", url) for i, url in enumerate(urls))
+    return ServiceTarget("ns", "llm", desired or len(pods), len(pods), pods)
+
+
+async def test_sums_gauges_and_reads_p99_from_histogram_deltas():
+    engines = [
+        FakeEngine(waiting=2, running=10, itl_samples_s=(0.02,) * 99 + (0.06,)) for _ in "abcd"
+    ]
+    async with EngineFarm(engines) as farm:
+        source = DirectSource(window_s=30)
+        try:
+            first = await source.observe(target([farm.url(i) for i in range(4)]), 0.0)
+            second = await source.observe(target([farm.url(i) for i in range(4)]), 5.0)
+        finally:
+            await source.aclose()
+    assert first.itl is None  # one scrape: no window yet
+    assert second.num_pods_scraped == 4 and second.problems == ()
+    assert second.num_requests_waiting == 8 and second.num_requests_running == 40
+    assert second.itl is not None and second.itl.num_observations == 400
+    # 99 of every 100 latencies are 20 ms: the P99 lies in the (10, 25] ms bucket
+    assert 0.01 < second.itl.p99_s <= 0.025 and second.itl.upper_bound_s == 0.025
+    assert second.window_s == 5.0
+
+
+async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
+    engines = [FakeEngine(), FakeEngine(), FakeEngine(mode="garbage")]
+    async with EngineFarm(engines) as farm:
+        urls = [farm.url(0), farm.url(1), farm.url(2), f"http://127.0.0.1:{closed_port()}/metrics"]
+        source = DirectSource()
+        history = History(calm_since_s=-1000.0)
+        try:
+            for now_s in (0.0, 5.0, 10.0):
+                observation = await source.observe(target(urls), now_s)
+                decision = decide(POLICY, history, observation, now_s)
+                history = decision.history
+        finally:
+            await source.aclose()
+    assert observation.num_pods_scraped == 2 and observation.num_pods_expected == 4
+    assert any("answered garbage" in p and "llm-2" in p for p in observation.problems)
+    assert any("cannot reach" in p and "llm-3" in p for p in observation.problems)
+    assert decision.desired_replicas == 4
+    assert (decision.mode, decision.reason_code) == (Mode.hold, Reason.partial_scrape)
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [("error", "answered HTTP 500"), ("hang", "no answer"), ("garbage", "answered garbage")],
+)
+async def test_every_pod_broken_holds_as_missing(mode, words):
+    async with EngineFarm([FakeEngine(mode=mode), FakeEngine(mode=mode)]) as farm:
+        source = DirectSource(timeout_s=0.3)
+        try:
+            observation = await source.observe(target([farm.url(0), farm.url(1)]), 0.0)
+        finally:
+            await source.aclose()
+    assert observation.num_pods_scraped == 0
+    assert all(words in p for p in observation.problems) and len(observation.problems) == 2
+    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    assert (decision.desired_replicas, decision.reason_code) == (2, Reason.missing_metrics)
+    assert words in decision.reason
+
+
+async def test_a_pod_leaving_the_ready_set_is_forgotten():
+    async with EngineFarm([FakeEngine(waiting=1), FakeEngine(waiting=5)]) as farm:
+        source = DirectSource()
+        try:
+            await source.observe(target([farm.url(0), farm.url(1)]), 0.0)
+            only_one = await source.observe(target([farm.url(0)], desired=2), 5.0)
+        finally:
+            await source.aclose()
+    assert only_one.num_pods_expected == 1 and only_one.num_pods_scraped == 1
+    assert only_one.num_requests_waiting == 1 and only_one.ready_replicas == 1
+
+
+def test_parse_metrics_reads_what_vllm_writes():
+    page = parse_metrics(FakeEngine(waiting=3, itl_per_scrape=10).page().decode())
+    assert page.sum(vllm_metrics.NUM_REQUESTS_WAITING) == 3
+    buckets = page.buckets(vllm_metrics.INTER_TOKEN_LATENCY_SECONDS)
+    assert buckets is not None and buckets[-1] == (float("inf"), 10.0)
+    assert len(buckets) == len(vllm_metrics.TOKEN_LATENCY_BUCKETS_S) + 1
