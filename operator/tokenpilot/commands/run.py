@@ -1,0 +1,50 @@
+"""`tokenpilot run`: run the operator against the current kubeconfig (or in-cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, in-cluster)")
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    parser.add_argument(
+        "--resync-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often every LLMService is re-checked against the cluster (default 60)",
+    )
+    parser.add_argument(
+        "--liveness",
+        metavar="URL",
+        help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.resync_interval <= 0:
+        raise SystemExit("--resync-interval must be a positive number of seconds")
+    # Imported here: the operator pulls in kopf, which other subcommands do not need.
+    from tokenpilot.handlers.operator import OperatorConfig, operate
+
+    operate(
+        OperatorConfig(
+            kubeconfig=args.kubeconfig,
+            namespaces=tuple(args.namespace),
+            resync_interval_s=args.resync_interval,
+            liveness_endpoint=args.liveness,
+        )
+    )
+    return 0

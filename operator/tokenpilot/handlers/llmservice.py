@@ -1,0 +1,120 @@
+"""kopf entry points for LLMService: a few lines each, all ending in `reconcile`.
+
+    create / update / resume   the spec changed or the operator started
+    owned Deployment events    status follows the Deployment; hand edits are undone
+    resync loop                every `resync_interval_s`: nodes re-listed, every service
+                               reconciled (an idle pass writes nothing)
+
+kopf's own bookkeeping lives in annotations, not in .status, so the status schema stays ours.
+No finalizers: deletion is the garbage collector's job through owner references.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+
+from tokenpilot.adapters.kube import KubeError
+from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
+from tokenpilot.core.render import MANAGED_BY
+from tokenpilot.handlers.reconcile import Runtime, reconcile
+
+log = logging.getLogger("tokenpilot.handlers")
+
+
+def _runtime(memo: Any) -> Runtime:
+    runtime: Runtime = memo.runtime
+    return runtime
+
+
+@kopf.on.startup()
+async def _configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # Events are posted by the reconciler on real changes; kopf's per-handler chatter is not.
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = 16
+    memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)))
+
+
+@kopf.on.cleanup()
+async def _stop(memo: Any, **_: Any) -> None:
+    task = getattr(memo, "resync_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _handle(memo: Any, body: kopf.Body, trigger: str) -> None:
+    outcome = reconcile(_runtime(memo), body, trigger)
+    if outcome.problem is not None:
+        # Permanent: retrying cannot help until the spec or the cluster changes; the resync
+        # loop re-plans quietly, and the status already says what to do.
+        raise kopf.PermanentError(outcome.problem)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+def created(body: kopf.Body, memo: Any, **_: Any) -> None:
+    _handle(memo, body, "create")
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def updated(body: kopf.Body, memo: Any, **_: Any) -> None:
+    _handle(memo, body, "update")
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
+    _handle(memo, body, "resume")
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def deployment_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    if namespace is None:
+        return
+    owner = next(
+        (o for o in body.metadata.get("ownerReferences", []) if o.get("kind") == KIND), None
+    )
+    if owner is None:
+        return
+    rt = _runtime(memo)
+    service = rt.client.get(LLMSERVICES.path(namespace, owner["name"]))
+    if (
+        service is None
+        or service["metadata"].get("uid") != owner.get("uid")
+        or service["metadata"].get("deletionTimestamp")
+    ):
+        return  # its owner is gone or going; the garbage collector takes it from here
+    reconcile(rt, service, "deployment")
+
+
+def resync_once(rt: Runtime) -> int:
+    """Re-list nodes and reconcile every service once; returns how many were reconciled."""
+    rt.nodes = list_nodes(rt.client)
+    scopes: list[str | None] = list(rt.namespaces) or [None]
+    count = 0
+    for namespace in scopes:
+        items = rt.client.request("GET", LLMSERVICES.path(namespace)).get("items", [])
+        for item in items:
+            item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
+            item.setdefault("kind", KIND)
+            reconcile(rt, item, "resync")
+            count += 1
+    return count
+
+
+async def _resync_forever(rt: Runtime) -> None:
+    while True:
+        await asyncio.sleep(rt.resync_interval_s)
+        try:
+            await asyncio.to_thread(resync_once, rt)
+        except KubeError as exc:
+            # The API server hiccupped; the next pass tries again.
+            log.warning("resync failed: %s", exc)

@@ -1,0 +1,80 @@
+"""The operator process: every handler module, and `operate()` to run them.
+
+Importing this module registers all kopf handlers (LLMService reconcile and, once present, the
+autoscaler); `operate` builds the shared runtime (client, GPU catalog, node list, discovery)
+and runs kopf until the stop flag is set.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import kopf
+
+from tokenpilot.adapters.kube import connect
+from tokenpilot.adapters.kube.discovery import service_monitor_served
+from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.profiles import load_catalog
+from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
+from tokenpilot.handlers.reconcile import Runtime
+
+log = logging.getLogger("tokenpilot.operator")
+
+# Handler modules written alongside this one; each registers its kopf handlers on import.
+OPTIONAL_HANDLER_MODULES = ("tokenpilot.handlers.autoscaler",)
+for _module in OPTIONAL_HANDLER_MODULES:
+    try:
+        importlib.import_module(_module)
+    except ModuleNotFoundError as _exc:
+        if _exc.name != _module:
+            raise
+        log.debug("%s is not installed; running without it", _module)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    kubeconfig: str | None = None
+    namespaces: Sequence[str] = ()  # empty: every namespace
+    resync_interval_s: float = 60.0
+    liveness_endpoint: str | None = None
+
+
+def build_runtime(config: OperatorConfig) -> Runtime:
+    client = connect(config.kubeconfig)
+    catalog = load_catalog()
+    return Runtime(
+        client=client,
+        by_name=catalog.get,
+        by_product=catalog.by_product_label,
+        service_monitor_served=service_monitor_served(client),
+        namespaces=tuple(config.namespaces),
+        resync_interval_s=config.resync_interval_s,
+        nodes=list_nodes(client),
+    )
+
+
+def operate(
+    config: OperatorConfig,
+    *,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    """Run the operator in this thread until `stop_flag` is set (or forever)."""
+    runtime = build_runtime(config)
+    import asyncio
+
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            memo=kopf.Memo(runtime=runtime),
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+            liveness_endpoint=config.liveness_endpoint,
+        )
+    )

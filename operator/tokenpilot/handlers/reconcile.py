@@ -1,0 +1,194 @@
+"""One reconcile of one LLMService: plan in the core, then execute with the kube adapter.
+
+    read the service -> plan (SKU, fit, batching, manifests)  [core, may refuse]
+    for each manifest: read live; apply only if the core sees a difference
+    desired status from the live Deployment                   [core]
+    write status only if it differs; an Event for every change
+
+Runs in a worker thread (kopf's executor or the resync loop); one lock per service keeps two
+triggers for the same object from interleaving. Writes happen only when something differs, so
+an idle resync costs reads and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube import apply as kube_apply
+from tokenpilot.adapters.kube.events import post_event
+from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS
+from tokenpilot.adapters.kube.status import patch_status
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.errors import Infeasible, TokenPilotError
+from tokenpilot.core.render import Tuning
+from tokenpilot.core.render_drift import difference
+from tokenpilot.core.render_plan import Plan, choose_batching, plan
+from tokenpilot.core.sku import GpuSku, NodeFacts
+from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
+
+log = logging.getLogger("tokenpilot.reconcile")
+
+
+@dataclass
+class Runtime:
+    """What every reconcile needs, built once at operator start."""
+
+    client: KubeClient
+    by_name: Callable[[str], GpuSku]
+    by_product: Callable[[str], GpuSku]
+    service_monitor_served: bool
+    choose: Callable[[LLMService, GpuSku], Tuning] = choose_batching
+    namespaces: Sequence[str] = ()
+    resync_interval_s: float = 60.0
+    nodes: Sequence[NodeFacts] = ()
+    _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile did: objects written, whether status was written, and the problem
+    that stops the spec from running, if any."""
+
+    applied: tuple[str, ...]
+    status_written: bool
+    problem: str | None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _plan(rt: Runtime, service: LLMService) -> Plan:
+    return plan(
+        service,
+        nodes=rt.nodes,
+        by_name=rt.by_name,
+        by_product=rt.by_product,
+        service_monitor_served=rt.service_monitor_served,
+        choose=rt.choose,
+    )
+
+
+def reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
+    meta = body.get("metadata", {})
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    with rt.lock(namespace, name):
+        return _reconcile(rt, body, trigger)
+
+
+def _reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
+    try:
+        service = LLMService.model_validate(dict(body))
+    except ValidationError as exc:
+        # The API server's schema should have caught this; report it rather than crash.
+        meta = body.get("metadata", {})
+        log.error("%s/%s does not parse: %s", meta.get("namespace"), meta.get("name"), exc)
+        return Outcome((), False, f"the spec does not parse: {exc}")
+
+    meta = service.metadata
+    applied: list[str] = []
+    problem: str | None = None
+    sku_name: str | None = None
+    tuning: Tuning | None = None
+    live_deployment: dict[str, Any] | None = None
+    try:
+        try:
+            decided = _plan(rt, service)
+        except Infeasible:
+            if trigger == "resync":
+                raise
+            # The node list may be older than the node that would host it: look again once.
+            rt.nodes = list_nodes(rt.client)
+            decided = _plan(rt, service)
+    except TokenPilotError as exc:
+        # InvalidSpec, UnknownGPU, Infeasible: the user must act; nothing is applied.
+        problem = str(exc)
+        live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
+    else:
+        sku_name, tuning = decided.facts.sku_name, decided.facts.tuning
+        for manifest in decided.manifests:
+            live = kube_apply.read(rt.client, manifest)
+            why = "created" if live is None else difference(manifest, live)
+            if why is not None:
+                live = kube_apply.apply(rt.client, manifest)
+                applied.append(f"{manifest['kind']} {meta.name} ({why})")
+            if manifest["kind"] == "Deployment":
+                live_deployment = live
+
+    facts = DeploymentFacts.from_object(live_deployment) if live_deployment else None
+    status = desired_status(
+        service,
+        deployment=facts,
+        sku_name=sku_name,
+        tuning=tuning,
+        problem=problem,
+        now=_now(),
+    )
+    before = owned_status(service)
+    status_written = status != before
+    if status_written:
+        # Keys we used to own but no longer set (tuning after an Infeasible) are deleted.
+        patch = {**{k: None for k in before if k not in status}, **status}
+        patch_status(rt.client, meta.namespace, meta.name, patch)
+    _events(rt, service, trigger, applied, before, status)
+    return Outcome(tuple(applied), status_written, problem)
+
+
+def _events(
+    rt: Runtime,
+    service: LLMService,
+    trigger: str,
+    applied: list[str],
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> None:
+    meta = service.metadata
+
+    def post(reason: str, message: str, warning: bool = False) -> None:
+        post_event(
+            rt.client,
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            reason=reason,
+            message=message,
+            now=_now(),
+            warning=warning,
+        )
+
+    if applied:
+        reason = "Applied" if trigger in ("create", "update", "resume") else "DriftCorrected"
+        post(reason, f"{trigger}: applied " + "; ".join(applied))
+    if before.get("phase") != after.get("phase"):
+        phase = after.get("phase")
+        message = next(
+            (c["message"] for c in after.get("conditions", []) if c["type"] == phase),
+            "",
+        ) or next((c["message"] for c in after.get("conditions", []) if c["type"] == "Ready"), "")
+        post(
+            f"Phase{phase}",
+            f"phase {before.get('phase')} -> {phase}: {message}",
+            warning=phase in ("Infeasible", "Degraded"),
+        )
+    old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
+    if new_tuning and old_tuning != new_tuning:
+        post(
+            "Tuned",
+            f"{new_tuning['sku']}: maxNumBatchedTokens {new_tuning['maxNumBatchedTokens']}, "
+            f"maxNumSeqs {new_tuning['maxNumSeqs']} ({new_tuning['source']}): "
+            f"{new_tuning['reason']}",
+        )
