@@ -2,8 +2,9 @@
 
 The engine simulator exposes these, the scrape adapter and the autoscaler read them, and the
 fleet simulator fills the same histograms, so one table keeps them all equal to real vLLM
-(the V1 engine's `PrometheusStatLogger`). The compatibility test checks this table against a
-/metrics page captured from real vLLM.
+(the V1 engine's Prometheus logger, as of vLLM 0.32.0). The compatibility test checks this
+table against a /metrics page captured from that vLLM (tests/fixtures/vllm-metrics-0.32.0.txt).
+HELP texts are our own words; Prometheus does not match on them.
 
 Names are family names as Prometheus' client registers them: a counter `vllm:prompt_tokens`
 is exposed as the sample `vllm:prompt_tokens_total`.
@@ -31,6 +32,8 @@ class MetricFamily:
     # depend on max_model_len (1-2-5 series) have `buckets_up_to_max_model_len` set instead.
     buckets: tuple[float, ...] = ()
     buckets_up_to_max_model_len: bool = False
+    # The values vLLM creates a series for at start, for labels beyond model_name and engine.
+    label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def bucket_edges(self, max_model_len: int) -> tuple[float, ...]:
         if self.buckets_up_to_max_model_len:
@@ -41,7 +44,7 @@ class MetricFamily:
 ENGINE_LABELS = ("model_name", "engine")
 FINISHED_REASON_LABEL = "finished_reason"
 # vLLM's FinishReason values, as they appear in request_success{finished_reason=...}.
-FINISHED_REASONS = ("stop", "length", "abort")
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 TTFT_BUCKETS_S = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -59,6 +62,7 @@ ITERATION_TOKENS_BUCKETS = (
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
 )  # fmt: skip
 PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+REQUEST_NUM_PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 
 
 def buckets_1_2_5(max_value: int) -> list[int]:
@@ -80,120 +84,146 @@ def _family(
     documentation: str,
     buckets: tuple[float, ...] = (),
     *,
-    extra_labels: tuple[str, ...] = (),
+    labels: tuple[str, ...] = ENGINE_LABELS,
+    values: tuple[tuple[str, tuple[str, ...]], ...] = (),
     by_max_model_len: bool = False,
 ) -> MetricFamily:
     return MetricFamily(
         name=name,
         type=kind,
         documentation=documentation,
-        label_names=ENGINE_LABELS + extra_labels,
+        label_names=labels + tuple(label for label, _ in values),
         buckets=buckets,
         buckets_up_to_max_model_len=by_max_model_len,
+        label_values=values,
     )
 
 
 _C, _G, _H = MetricType.counter, MetricType.gauge, MetricType.histogram
+_LATENCY = REQUEST_LATENCY_BUCKETS_S
+
+# vLLM's cache_config_info labels (0.32.0), one series set to 1 describing the KV cache.
+CACHE_CONFIG_INFO_LABELS = (
+    "_block_size_resolved", "block_size", "cache_dtype", "cache_hit_alignment_tokens",
+    "effective_attention_block_size", "enable_mamba_shared_prefix_checkpoint",
+    "enable_prefix_caching", "engine", "gpu_memory_utilization", "hash_block_size",
+    "is_attention_free", "kv_cache_dtype_skip_layers", "kv_cache_layout",
+    "kv_cache_max_concurrency", "kv_cache_memory_bytes", "kv_cache_size_tokens",
+    "kv_offloading_backend", "kv_offloading_size", "kv_sharing_fast_prefill", "mamba_block_size",
+    "mamba_cache_dtype", "mamba_cache_mode", "mamba_page_size_padded", "mamba_ssm_cache_dtype",
+    "num_cpu_blocks", "num_gpu_blocks", "num_gpu_blocks_override",
+    "prefix_cache_retention_interval", "prefix_caching_hash_algo", "prefix_match_unit",
+    "replayssm_buffer_len", "skip_page_size_padded", "sliding_window", "swa_bounded_replay",
+    "use_kda_recoverssm", "use_replayssm", "user_specified_block_size",
+)  # fmt: skip
 
 FAMILIES: tuple[MetricFamily, ...] = (
-    _family("vllm:num_requests_running", _G, "Number of requests in model execution batches."),
-    _family("vllm:num_requests_waiting", _G, "Number of requests waiting to be processed."),
-    _family("vllm:kv_cache_usage_perc", _G, "KV-cache usage. 1 means 100 percent usage."),
+    _family("vllm:estimated_flops_per_gpu", _C, "Estimated FLOPs done per GPU."),
+    _family("vllm:estimated_read_bytes_per_gpu", _C, "Estimated bytes read per GPU."),
+    _family("vllm:estimated_write_bytes_per_gpu", _C, "Estimated bytes written per GPU."),
+    _family("vllm:num_requests_running", _G, "Requests in the running batch."),
+    _family("vllm:num_requests_waiting", _G, "Requests queued, not yet running."),
     _family(
-        "vllm:prefix_cache_queries",
+        "vllm:num_requests_waiting_by_reason",
+        _G,
+        "Queued requests by why they wait.",
+        values=(("reason", ("capacity", "deferred")),),
+    ),
+    _family(
+        "vllm:engine_sleep_state",
+        _G,
+        "1 for the engine's current sleep state, 0 for the others.",
+        values=(("sleep_state", ("awake", "weights_offloaded", "discard_all")),),
+    ),
+    _family("vllm:kv_cache_usage_perc", _G, "Fraction of KV cache blocks in use (1 = full)."),
+    _family("vllm:prefix_cache_queries", _C, "Tokens looked up in the prefix cache."),
+    _family("vllm:prefix_cache_hits", _C, "Tokens found in the prefix cache."),
+    _family("vllm:external_prefix_cache_queries", _C, "Tokens looked up in a KV connector."),
+    _family("vllm:external_prefix_cache_hits", _C, "Tokens found through a KV connector."),
+    _family("vllm:mm_cache_queries", _C, "Multi-modal cache lookups."),
+    _family("vllm:mm_cache_hits", _C, "Multi-modal cache hits."),
+    _family("vllm:num_preemptions", _C, "Sequences preempted so far."),
+    _family("vllm:prompt_tokens", _C, "Prompt tokens prefilled."),
+    _family(
+        "vllm:prompt_tokens_by_source",
         _C,
-        "Prefix cache queries, in terms of number of queried tokens.",
+        "Prompt tokens by where their KV came from.",
+        values=(("source", ("local_compute", "local_cache_hit", "external_kv_transfer")),),
     ),
+    _family("vllm:prompt_tokens_cached", _C, "Prompt tokens served from a cache."),
     _family(
-        "vllm:prefix_cache_hits", _C, "Prefix cache hits, in terms of number of cached tokens."
+        "vllm:prompt_tokens_cached_by_source",
+        _C,
+        "Cached prompt tokens by cache tier.",
+        values=(("source", ("device", "host", "p2p", "disk", "external_unspecified")),),
     ),
-    _family("vllm:num_preemptions", _C, "Cumulative number of preemption from the engine."),
-    _family("vllm:prompt_tokens", _C, "Number of prefill tokens processed."),
-    _family("vllm:generation_tokens", _C, "Number of generation tokens processed."),
+    _family("vllm:generation_tokens", _C, "Output tokens generated."),
     _family(
         "vllm:request_success",
         _C,
-        "Count of successfully processed requests.",
-        extra_labels=(FINISHED_REASON_LABEL,),
+        "Finished requests by finish reason.",
+        values=((FINISHED_REASON_LABEL, FINISHED_REASONS),),
     ),
     _family(
-        "vllm:request_prompt_tokens",
-        _H,
-        "Number of prefill tokens processed.",
-        by_max_model_len=True,
+        "vllm:admission_rejections",
+        _C,
+        "Requests refused by a queue limit, by limit.",
+        labels=("model_name",),
+        values=(("reason", ("max_num_queued_reqs", "max_num_queued_tokens")),),
     ),
+    _family("vllm:request_prompt_tokens", _H, "Prompt tokens per request.", by_max_model_len=True),
     _family(
-        "vllm:request_generation_tokens",
-        _H,
-        "Number of generation tokens processed.",
-        by_max_model_len=True,
+        "vllm:request_generation_tokens", _H, "Output tokens per request.", by_max_model_len=True
     ),
-    _family(
-        "vllm:iteration_tokens_total",
-        _H,
-        "Histogram of number of tokens per engine_step.",
-        ITERATION_TOKENS_BUCKETS,
-    ),
+    _family("vllm:iteration_tokens_total", _H, "Tokens per engine step.", ITERATION_TOKENS_BUCKETS),
     _family(
         "vllm:request_max_num_generation_tokens",
         _H,
-        "Histogram of maximum number of requested generation tokens.",
+        "Most output tokens a request asked for.",
         by_max_model_len=True,
     ),
-    _family("vllm:request_params_n", _H, "Histogram of the n request parameter.", PARAMS_N_BUCKETS),
+    _family("vllm:request_params_n", _H, "The n parameter of requests.", PARAMS_N_BUCKETS),
     _family(
         "vllm:request_params_max_tokens",
         _H,
-        "Histogram of the max_tokens request parameter.",
+        "The max_tokens parameter of requests.",
         by_max_model_len=True,
     ),
-    _family(
-        "vllm:time_to_first_token_seconds",
-        _H,
-        "Histogram of time to first token in seconds.",
-        TTFT_BUCKETS_S,
-    ),
+    _family("vllm:time_to_first_token_seconds", _H, "Seconds to the first token.", TTFT_BUCKETS_S),
     _family(
         "vllm:inter_token_latency_seconds",
         _H,
-        "Histogram of inter-token latency in seconds.",
+        "Seconds between consecutive output tokens.",
         TOKEN_LATENCY_BUCKETS_S,
     ),
     _family(
         "vllm:request_time_per_output_token_seconds",
         _H,
-        "Histogram of time_per_output_token_seconds per request.",
+        "Mean seconds per output token after the first, per request.",
         TOKEN_LATENCY_BUCKETS_S,
     ),
+    _family("vllm:e2e_request_latency_seconds", _H, "Seconds from arrival to finish.", _LATENCY),
+    _family("vllm:request_queue_time_seconds", _H, "Seconds queued before running.", _LATENCY),
+    _family("vllm:request_inference_time_seconds", _H, "Seconds running.", _LATENCY),
+    _family("vllm:request_prefill_time_seconds", _H, "Seconds in prefill.", _LATENCY),
+    _family("vllm:request_decode_time_seconds", _H, "Seconds in decode.", _LATENCY),
     _family(
-        "vllm:e2e_request_latency_seconds",
+        "vllm:request_num_preemptions",
         _H,
-        "Histogram of e2e request latency in seconds.",
-        REQUEST_LATENCY_BUCKETS_S,
+        "Preemptions per request.",
+        REQUEST_NUM_PREEMPTIONS_BUCKETS,
     ),
     _family(
-        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_kv_computed_tokens",
         _H,
-        "Histogram of time spent in WAITING phase for request.",
-        REQUEST_LATENCY_BUCKETS_S,
+        "Prompt tokens whose KV was computed (not cached), per request.",
+        by_max_model_len=True,
     ),
     _family(
-        "vllm:request_inference_time_seconds",
-        _H,
-        "Histogram of time spent in RUNNING phase for request.",
-        REQUEST_LATENCY_BUCKETS_S,
-    ),
-    _family(
-        "vllm:request_prefill_time_seconds",
-        _H,
-        "Histogram of time spent in PREFILL phase for request.",
-        REQUEST_LATENCY_BUCKETS_S,
-    ),
-    _family(
-        "vllm:request_decode_time_seconds",
-        _H,
-        "Histogram of time spent in DECODE phase for request.",
-        REQUEST_LATENCY_BUCKETS_S,
+        "vllm:cache_config_info",
+        _G,
+        "The KV cache configuration, as labels on a series set to 1.",
+        labels=CACHE_CONFIG_INFO_LABELS,
     ),
 )
 

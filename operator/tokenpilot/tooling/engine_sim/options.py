@@ -1,0 +1,178 @@
+"""The flags `tokenpilot engine-sim` accepts: those of `vllm serve` a renderer emits, plus the
+simulator's own (`--gpu`, `--model-shape`, `--time-scale`, `--num-kv-blocks`).
+
+vLLM spells flags with dashes or underscores and takes `--flag value` or `--flag=value`; so do
+we. A flag vLLM has but the simulator does not model is accepted and ignored; a flag nobody
+knows is ignored with a warning (so a newer renderer does not break older simulators). A value
+that is out of range stops the start with a message naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "engine-sim"
+
+# `vllm serve` flags that take a value and change nothing in the simulator.
+_IGNORED_WITH_VALUE = (
+    "--dtype",
+    "--kv-cache-dtype",
+    "--seed",
+    "--swap-space",
+    "--download-dir",
+    "--tokenizer",
+    "--revision",
+    "--tokenizer-revision",
+    "--api-key",
+    "--quantization",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--max-num-partial-prefills",
+    "--long-prefill-token-threshold",
+    "--scheduling-policy",
+    "--uvicorn-log-level",
+    "--generation-config",
+    "--max-logprobs",
+    "--load-format",
+    "--distributed-executor-backend",
+    "--chat-template",
+    "--root-path",
+)
+# ... and flags without a value.
+_IGNORED_SWITCHES = (
+    "--disable-log-requests",
+    "--enable-log-requests",
+    "--disable-log-stats",
+    "--trust-remote-code",
+    "--enforce-eager",
+    "--disable-frontend-multiprocessing",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--disable-uvicorn-access-log",
+)
+
+
+class OptionsError(ValueError):
+    """A flag value the simulator refuses at start, as vLLM would."""
+
+
+@dataclass(frozen=True)
+class EngineSimOptions:
+    model: str
+    served_model_names: tuple[str, ...]
+    host: str
+    port: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    enable_chunked_prefill: bool
+    block_size: int
+    gpu: str
+    model_shape: str
+    time_scale: float
+    num_kv_blocks: int | None
+    ignored: tuple[str, ...]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add every flag to `parser` (the `engine-sim` subcommand's)."""
+    parser.add_argument("model_tag", nargs="?", metavar="MODEL", help="model name (as vllm serve)")
+    parser.add_argument("--model", dest="model_flag", help="model name; wins over MODEL")
+    parser.add_argument("--served-model-name", nargs="+", help="names clients may ask for")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192, help="token budget")
+    parser.add_argument("--max-num-seqs", type=int, default=256, help="most running sequences")
+    parser.add_argument("--max-model-len", type=int, default=8192, help="prompt+output limit")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
+    parser.add_argument("--gpu", default="H100-80GB", help="GPU SKU whose profile times steps")
+    parser.add_argument("--model-shape", default="llama-3.1-8b", help="model shape preset")
+    parser.add_argument(
+        "--time-scale", type=float, default=1.0, help="run this many times faster than real time"
+    )
+    parser.add_argument(
+        "--num-kv-blocks", type=int, default=None, help="KV blocks (default: capacity planner)"
+    )
+    for flag in _IGNORED_WITH_VALUE:
+        parser.add_argument(flag, dest=_ignored_dest(flag), help=argparse.SUPPRESS)
+    for flag in _IGNORED_SWITCHES:
+        parser.add_argument(
+            flag, dest=_ignored_dest(flag), action="store_true", help=argparse.SUPPRESS
+        )
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """`--max_num_seqs=8` -> `--max-num-seqs=8`; values are left alone."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            arg = "--" + name[2:].replace("_", "-") + eq + value
+        out.append(arg)
+    return out
+
+
+def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSimOptions:
+    """Check the values and build the options; raises OptionsError naming the flag."""
+    model = args.model_flag or args.model_tag or DEFAULT_MODEL
+    served = tuple(args.served_model_name) if args.served_model_name else (model,)
+    _at_least(1, "--max-num-batched-tokens", args.max_num_batched_tokens)
+    _at_least(1, "--max-num-seqs", args.max_num_seqs)
+    _at_least(1, "--max-model-len", args.max_model_len)
+    _at_least(1, "--tensor-parallel-size", args.tensor_parallel_size)
+    _at_least(1, "--block-size", args.block_size)
+    if args.num_kv_blocks is not None:
+        _at_least(1, "--num-kv-blocks", args.num_kv_blocks)
+    if not 0 <= args.port <= 65535:
+        raise OptionsError(f"--port must be between 0 and 65535, got {args.port}")
+    if not 0.0 < args.gpu_memory_utilization <= 1.0:
+        raise OptionsError(
+            "--gpu-memory-utilization must be in (0, 1], got "
+            f"{args.gpu_memory_utilization}; e.g. 0.9 for 90% of GPU memory"
+        )
+    if not args.time_scale > 0:
+        raise OptionsError(f"--time-scale must be positive, got {args.time_scale}")
+    return EngineSimOptions(
+        model=model,
+        served_model_names=served,
+        host=args.host,
+        port=args.port,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        block_size=args.block_size,
+        gpu=args.gpu,
+        model_shape=args.model_shape,
+        time_scale=args.time_scale,
+        num_kv_blocks=args.num_kv_blocks,
+        ignored=tuple(unknown),
+    )
+
+
+def parse(argv: Sequence[str]) -> EngineSimOptions:
+    """Parse a full argument list (as the pod runner passes it) into options."""
+    parser = argparse.ArgumentParser(prog="tokenpilot engine-sim", add_help=False)
+    configure(parser)
+    args, unknown = parser.parse_known_args(normalize_argv(argv))
+    return from_namespace(args, unknown)
+
+
+def _ignored_dest(flag: str) -> str:
+    return "ignored_" + flag.lstrip("-").replace("-", "_")
+
+
+def _at_least(minimum: int, flag: str, value: int) -> None:
+    if value < minimum:
+        raise OptionsError(f"{flag} must be at least {minimum}, got {value}")
