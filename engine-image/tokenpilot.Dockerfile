@@ -1,0 +1,33 @@
+# The TokenPilot package in two images, built from the repository root:
+#   docker build -f engine-image/tokenpilot.Dockerfile --target operator   -t tokenpilot/operator:0.1.0 .
+#   docker build -f engine-image/tokenpilot.Dockerfile --target engine-sim -t tokenpilot/engine-sim:0.1.0 .
+# Both run as an unprivileged user and write nothing outside /tmp, so the chart can make the
+# root filesystem read-only. Runtime dependencies are pinned by constraints.txt.
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+COPY engine-image/constraints.txt ./constraints.txt
+RUN python -m venv /opt/tokenpilot \
+ && /opt/tokenpilot/bin/pip install --constraint constraints.txt . \
+ && find /opt/tokenpilot -name '__pycache__' -prune -exec rm -rf {} +
+
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PATH=/opt/tokenpilot/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY --from=build /opt/tokenpilot /opt/tokenpilot
+# Built-in GPU profiles; clusters add or override them through the chart's ConfigMap.
+COPY policies /opt/tokenpilot/policies
+USER 65532:65532
+
+FROM runtime AS engine-sim
+EXPOSE 8000
+ENTRYPOINT ["tokenpilot", "engine-sim"]
+CMD ["--port", "8000"]
+
+FROM runtime AS operator
+EXPOSE 8080 9100
+ENTRYPOINT ["tokenpilot"]
+CMD ["run"]
