@@ -7,11 +7,13 @@ and runs kopf until the stop flag is set.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import kopf
 
@@ -33,6 +35,27 @@ for _module in OPTIONAL_HANDLER_MODULES:
         if _exc.name != _module:
             raise
         log.debug("%s is not installed; running without it", _module)
+
+
+@kopf.on.login()
+def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """kopf talks to the same API server, as the same user, as the operator's own client."""
+    runtime: Runtime = memo.runtime
+    cfg = runtime.client.api.configuration
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _space, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        trust_env=settings.networking.trust_env,
+    )
 
 
 @dataclass(frozen=True)
@@ -65,8 +88,6 @@ def operate(
 ) -> None:
     """Run the operator in this thread until `stop_flag` is set (or forever)."""
     runtime = build_runtime(config)
-    import asyncio
-
     asyncio.run(
         kopf.operator(
             standalone=True,
