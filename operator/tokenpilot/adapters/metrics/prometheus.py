@@ -22,6 +22,7 @@ from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from tokenpilot.adapters.metrics.base import ServiceTarget
 from tokenpilot.core import vllm_metrics
@@ -91,7 +92,11 @@ class PrometheusSource:
         self.window_s = window_s
         self._timeout_s = timeout_s
         self._session = requests.Session()
-        self._client = PrometheusConnect(url=url, disable_ssl=True, session=self._session)
+        # No retries: the next evaluation is the retry, and a retrying thread would outlive
+        # the evaluation's timeout.
+        self._client = PrometheusConnect(
+            url=url, disable_ssl=True, session=self._session, retry=Retry(total=0)
+        )
 
     async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
         exprs = queries(target, self.window_s)

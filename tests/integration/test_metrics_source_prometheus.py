@@ -1,0 +1,164 @@
+"""The prometheus metrics source against a real Prometheus server scraping local engines.
+
+The test starts Debian's `prometheus` with a static scrape config that labels the engines'
+series with `namespace` and `llmservice`, as the in-cluster scrape config does by relabelling
+the pods' labels. (The dev-cluster variant, with kubernetes_sd against the API server, belongs
+with the cluster tests.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+import yaml
+from fake_engines import EngineFarm, FakeEngine, closed_port
+
+from tokenpilot.adapters.metrics import PodEndpoint, PrometheusSource, ServiceTarget
+from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
+
+pytestmark = pytest.mark.prometheus
+
+POLICY = AutoscalePolicy(min_replicas=1, max_replicas=8, itl_p99_slo_s=0.05)
+WINDOW_S = 10.0
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    """Poll `check` every 0.5 s until it holds; fail naming `what` after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+async def start_prometheus(tmp_path, targets: list[str]) -> tuple[subprocess.Popen, str]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run `make system-deps` (Debian package)")
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+        "scrape_configs": [
+            {
+                "job_name": "engines",
+                "static_configs": [
+                    {"targets": targets, "labels": {"namespace": "ns", "llmservice": "llm"}}
+                ],
+            }
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    address = f"127.0.0.1:{closed_port()}"
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address={address}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "wb"),  # noqa: SIM115
+    )
+    url = f"http://{address}"
+
+    async def ready() -> bool:
+        if process.poll() is not None:
+            log = (tmp_path / "prometheus.log").read_text()[-2000:]
+            pytest.fail(f"prometheus exited with {process.returncode}:\n{log}")
+        try:
+            async with httpx.AsyncClient(trust_env=False) as client:
+                return (await client.get(f"{url}/-/ready")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await eventually(ready, 30, "prometheus to be ready")
+    return process, url
+
+
+@pytest.fixture
+async def farm_and_prometheus(tmp_path) -> AsyncIterator[tuple[EngineFarm, str]]:
+    engines = [
+        FakeEngine(waiting=3, running=12, itl_samples_s=(0.02,) * 99 + (0.06,)) for _ in range(4)
+    ]
+    async with EngineFarm(engines) as farm:
+        targets = [f"127.0.0.1:{port}" for port in farm.ports]
+        process, url = await start_prometheus(tmp_path, targets)
+        try:
+            yield farm, url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def service(farm: EngineFarm) -> ServiceTarget:
+    pods = tuple(PodEndpoint(f"llm-{i}", farm.url(i)) for i in range(len(farm.ports)))
+    return ServiceTarget("ns", "llm", len(pods), len(pods), pods)
+
+
+async def test_reads_the_same_signals_through_promql(farm_and_prometheus):
+    farm, url = farm_and_prometheus
+    source = PrometheusSource(url, window_s=WINDOW_S)
+    try:
+
+        async def has_window() -> bool:
+            seen = await source.observe(service(farm), 0.0)
+            return seen.num_pods_scraped == 4 and seen.itl is not None and not seen.itl.idle
+
+        await eventually(has_window, 30, "four engines scraped with a P99 ITL")
+        observation = await source.observe(service(farm), 100.0)
+    finally:
+        await source.aclose()
+    assert observation.problems == ()
+    assert observation.num_requests_waiting == 12 and observation.num_requests_running == 48
+    assert observation.itl is not None
+    assert 0.01 < observation.itl.p99_s <= 0.025 and observation.itl.upper_bound_s == 0.025
+    assert observation.kv_cache_usage == pytest.approx(0.1)
+    assert 100.0 - observation.observed_at_s < 5.0  # fresh: scraped within the last seconds
+    decision = decide(POLICY, History(), observation, 100.0)
+    assert decision.mode is Mode.steady
+
+
+async def test_a_garbage_engine_makes_a_partial_view_and_a_hold(farm_and_prometheus):
+    farm, url = farm_and_prometheus
+    source = PrometheusSource(url, window_s=WINDOW_S)
+    try:
+
+        async def all_four() -> bool:
+            seen = await source.observe(service(farm), 0.0)
+            return seen.num_pods_scraped == 4 and seen.itl is not None and not seen.itl.idle
+
+        await eventually(all_four, 30, "four engines scraped with a P99 ITL")
+        farm.engines[2].mode = "garbage"
+
+        async def three_left() -> bool:
+            seen = await source.observe(service(farm), 0.0)
+            return seen.num_pods_scraped == 3
+
+        await eventually(three_left, 30, "the garbage engine's series to go stale")
+        observation = await source.observe(service(farm), 0.0)
+    finally:
+        await source.aclose()
+    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    assert (decision.desired_replicas, decision.reason_code) == (4, Reason.partial_scrape)
+    assert "3 of 4" in decision.reason
+
+
+async def test_unreachable_prometheus_holds_and_says_where():
+    url = f"http://127.0.0.1:{closed_port()}"
+    pods = tuple(PodEndpoint(f"llm-{i}", "unused") for i in range(3))
+    source = PrometheusSource(url, timeout_s=2)
+    try:
+        observation = await source.observe(ServiceTarget("ns", "llm", 3, 3, pods), 0.0)
+    finally:
+        await source.aclose()
+    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    assert (decision.desired_replicas, decision.reason_code) == (3, Reason.missing_metrics)
+    assert url in decision.reason
