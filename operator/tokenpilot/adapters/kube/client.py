@@ -81,6 +81,17 @@ class KubeClient:
             raise error(response.status, message, decoded)
         return decoded
 
+    def text(self, path: str) -> str:
+        """A plain-text endpoint such as /metrics."""
+        serialized = self.api.param_serialize(
+            "GET", path, header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+        )
+        response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
+        response.read()  # type: ignore[no-untyped-call]
+        if response.status >= 400:
+            raise KubeError(response.status, f"GET {path} failed")
+        return (response.data or b"").decode(errors="replace")
+
     def get(self, path: str) -> dict[str, Any] | None:
         """The object at `path`, or None when it does not exist."""
         try:
