@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
     try:
         images = imagemap.load(args.image_map)
     except DevClusterError as exc:

@@ -259,6 +259,11 @@ def render(*, pod_cidr: str, server_address: str, image_regex: str, kubelet_vers
             "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION}=fake",
             "serverAddress": server_address,
             "nodeLeaseDurationSeconds": NODE_LEASE_DURATION_S,
+            # kwok v0.8.0 leaves these at zero when options come from a file, then refuses them.
+            "nodeLeaseParallelism": 4,
+            "podPlayStageParallelism": 4,
+            "nodePlayStageParallelism": 4,
+            "podsOnNodeSyncParallelism": 1,
         },
     }
     documents = [configuration, *stages(image_regex, kubelet_version)]

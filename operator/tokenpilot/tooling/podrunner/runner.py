@@ -243,8 +243,11 @@ class PodRunner:
         env = {**os.environ, **w.env}
         log.info("starting %s/%s %s: %s", w.namespace, w.pod, w.container, " ".join(w.argv))
         try:
+            # Each process starts in its own empty directory, as a container starts in its image.
+            workdir = w.log_path.with_suffix("")
+            workdir.mkdir(parents=True, exist_ok=True)
             w.proc, w.ref = procs.start(
-                f"{w.namespace}/{w.pod}/{w.container}", w.argv, w.log_path, env=env
+                f"{w.namespace}/{w.pod}/{w.container}", w.argv, w.log_path, env=env, cwd=workdir
             )
         except Exception as exc:
             w.start_error = str(exc)

@@ -64,7 +64,11 @@ def _condition(
         "status": status,
         "lastTransitionTime": now if flipped else current.get("lastTransitionTime", now),
     }
-    if not ok:
+    if ok:
+        # Explicit nulls clear the reason left from when the pod was not ready.
+        condition["reason"] = None
+        condition["message"] = None
+    else:
         condition["reason"] = "ContainersNotReady"
         condition["message"] = f"containers with unready status: [{' '.join(unready)}]"
     return condition
