@@ -69,7 +69,14 @@ def test_pod_turns_ready_when_the_probe_passes_and_records_the_flip() -> None:
     patch = status_patch(pod, {"engine": Observation(running=True, ready=True, started_at=T1)}, T1)
     assert patch is not None
     conditions = _conditions(patch)
-    assert conditions["Ready"] == {"type": "Ready", "status": "True", "lastTransitionTime": T1}
+    # Reason and message go out as null so the API server clears the not-ready explanation.
+    assert conditions["Ready"] == {
+        "type": "Ready",
+        "status": "True",
+        "lastTransitionTime": T1,
+        "reason": None,
+        "message": None,
+    }
 
 
 def test_no_patch_when_the_status_already_says_it() -> None:
