@@ -1,0 +1,336 @@
+"""The token-budget tuner: `--max-num-batched-tokens` and `--max-num-seqs` for a GPU and SLOs.
+
+Algorithm (every bound is a number and a sentence; the sentences become `binding`):
+  1. Plan capacity at the expected context; `max_num_seqs` is the number of sequences that fit,
+     lowered until a pure-decode step of that many stays under the ITL limit (the P99 ITL target
+     times a headroom factor), and never above the user's cap.
+  2. Upper bound: the largest budget B whose slowest step, all decodes plus B - decodes prefill
+     tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past the
+     threshold jumps (measured where the profile has measurements, estimated otherwise).
+  3. Lower bound: every step stays under the ITL limit, so a prompt of L tokens may take at most
+     floor(TTFT / ITL) steps and each must carry ceil(L / steps) prefill tokens.
+  4. Pick: interactive takes the largest budget whose prefill still hides under the decode read
+     (the slowest step within 5 % of pure decode), raised to the lower bound if TTFT needs more;
+     throughput takes the knee, the upper bound, past which the step jumps or ITL breaks.
+     Either way the budget stays within [upper bound, lower bound] when they do not cross.
+  5. When the bounds cross, say which SLOs collide and what to change; the budget honours ITL.
+     `Infeasible` is raised only for strict SLOs; otherwise `feasible` is False.
+Budgets are multiples of the KV block size and lie in [max_num_seqs, max_model_len x max_num_seqs].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tokenpilot.api.model_shape import ModelShape
+from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
+from tokenpilot.core.durations import format_duration_s
+from tokenpilot.core.errors import Infeasible, InvalidSpec
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.steptime import step_time_model
+
+# The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
+ITL_HEADROOM = 0.8
+# Pure decode may fill this share of the step limit; the rest is left for the prefill chunk's
+# own reads, so a full decode batch does not squeeze the budget down to max_num_seqs.
+DECODE_STEP_SHARE = 0.9
+# A step counts as "prefill hidden" while it is at most this much slower than pure decode.
+HIDDEN_PREFILL_TOLERANCE = 0.05
+# vLLM's own default cap on running sequences outside its largest-GPU setting.
+DEFAULT_MAX_NUM_SEQS = 256
+# Context assumed per sequence when the user gives none: the prompt plus this many output tokens.
+DEFAULT_OUTPUT_TOKENS = 512
+DEFAULT_PROMPT_TOKENS = 1536
+
+
+class Objective(StrEnum):
+    """Where between the bounds the budget goes."""
+
+    interactive = "interactive"
+    throughput = "throughput"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLevel:
+    """Latency targets; `strict` turns crossing bounds into `Infeasible`."""
+
+    itl_p99_s: float
+    ttft_p99_s: float
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadHints:
+    """What is known of the workload and the deployment; all optional but the defaults."""
+
+    prompt_p99_tokens: int | None = None
+    expected_context_tokens: int | None = None
+    max_model_len: int = 8192
+    max_num_seqs: int | None = None
+    objective: Objective = Objective.interactive
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The tuner's answer with its reasons; `binding` names what set each value."""
+
+    gpu: str
+    token_budget: int
+    max_num_seqs: int
+    predicted_itl_p99_s: float
+    predicted_ttft_p99_s: float | None
+    binding: tuple[str, ...]
+    feasible: bool
+    message: str
+    lower_bound_tokens: int
+    upper_bound_tokens: int
+    threshold_tokens: int
+    measured: bool
+    objective: Objective
+    vllm_default_budget: int
+    predicted_itl_p99_s_at_default: float
+    capacity: CapacityPlan
+    step_model: str
+
+
+def vllm_default_token_budget(profile: GPUProfile) -> int:
+    """vLLM's own choice: 8192 on GPUs with at least 70 GiB other than A100, else 2048."""
+    names = (profile.name, *profile.aliases, *profile.gpu_product_labels)
+    is_a100 = any("a100" in n.lower() for n in names)
+    return 8192 if profile.memory_gib >= 70 and not is_a100 else 2048
+
+
+def recommend(
+    profile: GPUProfile, shape: ModelShape, slo: ServiceLevel, hints: WorkloadHints
+) -> Recommendation:
+    """The budget and max_num_seqs for `shape` on `profile` under `slo`; see the module doc."""
+    _check(slo, hints)
+    prompt = hints.prompt_p99_tokens
+    context = hints.expected_context_tokens or min(
+        hints.max_model_len, (prompt or DEFAULT_PROMPT_TOKENS) + DEFAULT_OUTPUT_TOKENS
+    )
+    capacity = plan_capacity(
+        profile,
+        shape,
+        hints.tensor_parallel_size,
+        hints.gpu_memory_utilization,
+        hints.max_model_len,
+        context,
+    )
+    model = step_time_model(profile, shape, hints.tensor_parallel_size)
+    limit_s = slo.itl_p99_s * ITL_HEADROOM
+    itl, ttft = format_duration_s(slo.itl_p99_s), format_duration_s(slo.ttft_p99_s)
+    binding: list[str] = []
+    problems: list[str] = []
+
+    # 1. max_num_seqs
+    cap = capacity.max_concurrency
+    cap_reason = (
+        f"KV cache: {cap} sequences of {context:,} tokens fit "
+        f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE})"
+    )
+    user_cap = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    if user_cap < cap:
+        cap = user_cap
+        cap_reason = (
+            f"maxNumSeqs cap {cap}"
+            if hints.max_num_seqs
+            else f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
+        )
+    decode_limit_s = limit_s * DECODE_STEP_SHARE
+    num_seqs = _largest(1, cap, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    if num_seqs is None:
+        num_seqs = 1
+        problems.append(
+            f"even one sequence at {context:,} tokens takes "
+            f"{format_duration_s(model.decode_step_s(1, context))} per step on {profile.name}, "
+            f"over the {format_duration_s(decode_limit_s)} decode share of the step limit for "
+            f"ITL {itl}"
+        )
+        binding.append(f"max_num_seqs 1: ITL {itl} cannot be met even by one sequence")
+    elif num_seqs < cap:
+        binding.append(
+            f"max_num_seqs {num_seqs}: ITL {itl} leaves "
+            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {num_seqs} "
+            f"sequences of {context:,} tokens ({cap_reason})"
+        )
+    else:
+        binding.append(f"max_num_seqs {num_seqs}: {cap_reason}")
+
+    def slowest_s(budget: int) -> float:
+        decodes = min(num_seqs, budget)
+        prefill = budget - decodes
+        return model.iteration_s(decodes, prefill, decodes * context + prefill)
+
+    # 2. upper bound
+    floor_budget = _round_up(num_seqs)
+    max_budget = max(floor_budget, hints.max_model_len * num_seqs // BLOCK_SIZE * BLOCK_SIZE)
+    itl_blocks = _largest(
+        floor_budget // BLOCK_SIZE,
+        max_budget // BLOCK_SIZE,
+        lambda k: slowest_s(k * BLOCK_SIZE) <= limit_s,
+    )
+    itl_bound = floor_budget if itl_blocks is None else itl_blocks * BLOCK_SIZE
+    threshold = max(floor_budget, model.threshold_tokens // BLOCK_SIZE * BLOCK_SIZE)
+    basis = "measured" if model.measured else "estimated from the datasheet"
+    if threshold < itl_bound:
+        upper = threshold
+        upper_source = f"the {basis} threshold caps B at {upper:,}"
+        upper_reason = (
+            f"at most {upper:,}: the {basis} threshold of {model.threshold_tokens:,} tokens on "
+            f"{profile.name}; past it steps jump by "
+            f"{format_duration_s(model.jump_at(num_seqs))} (ITL alone would allow "
+            f"{itl_bound:,})"
+        )
+    else:
+        upper = itl_bound
+        upper_source = f"ITL {itl} needs B <= {upper:,}"
+        upper_reason = (
+            f"at most {upper:,}: ITL {itl} keeps the slowest step (all {num_seqs} decodes plus "
+            f"prefill) under {format_duration_s(limit_s)}"
+        )
+        if itl_blocks is None and not problems:
+            problems.append(
+                f"ITL {itl} needs steps under {format_duration_s(limit_s)}, but "
+                f"{num_seqs} decodes alone take {format_duration_s(slowest_s(floor_budget))}"
+            )
+
+    # 3. lower bound
+    lower = floor_budget
+    lower_reason = f"at least {lower:,}: vLLM needs a budget of at least max_num_seqs"
+    if prompt is not None:
+        num_steps = math.floor(slo.ttft_p99_s / slo.itl_p99_s + 1e-9)
+        if num_steps < 1:
+            lower = max_budget + BLOCK_SIZE
+            lower_reason = f"TTFT {ttft} is shorter than one step at ITL {itl}"
+            problems.append(lower_reason)
+        else:
+            lower = max(floor_budget, _round_up(num_seqs + math.ceil(prompt / num_steps)))
+            lower_reason = (
+                f"at least {lower:,}: TTFT {ttft} at {prompt:,}-token prompts allows "
+                f"{num_steps} steps of under {format_duration_s(limit_s)}, so each must carry "
+                f"{math.ceil(prompt / num_steps):,} prompt tokens beside {num_seqs} decodes"
+            )
+
+    # 4. pick
+    hidden_limit_s = slowest_s(floor_budget) * (1 + HIDDEN_PREFILL_TOLERANCE)
+    hidden_blocks = _largest(
+        floor_budget // BLOCK_SIZE,
+        upper // BLOCK_SIZE,
+        lambda k: slowest_s(k * BLOCK_SIZE) <= hidden_limit_s,
+    )
+    hidden_top = floor_budget if hidden_blocks is None else hidden_blocks * BLOCK_SIZE
+    if hints.objective is Objective.throughput:
+        budget = upper
+        binding.append(f"token_budget {budget:,} (throughput: the knee) {upper_reason}")
+    else:
+        budget = min(upper, max(lower, hidden_top))
+        if budget == upper and upper <= hidden_top:
+            binding.append(f"token_budget {budget:,} {upper_reason}")
+        elif budget == lower and lower > hidden_top:
+            binding.append(f"token_budget {budget:,} {lower_reason}")
+        else:
+            binding.append(
+                f"token_budget {budget:,} (interactive): the largest budget whose prefill "
+                f"still hides under the decode read (slowest step "
+                f"{format_duration_s(slowest_s(budget))}, pure decode "
+                f"{format_duration_s(slowest_s(floor_budget))})"
+            )
+
+    crossed = lower > upper
+    if crossed and not problems and prompt is not None:
+        problems.append(
+            f"{upper_source} on {profile.name}; TTFT {ttft} at "
+            f"{_tokens_k(prompt)}-token prompts needs B >= {lower:,}"
+        )
+    feasible = not problems
+    if feasible:
+        message = (
+            f"{profile.name}: --max-num-batched-tokens {budget} --max-num-seqs {num_seqs} "
+            f"({hints.objective.value}; bounds {lower:,}..{upper:,})"
+        )
+    else:
+        message = (
+            "; ".join(problems) + ": choose a faster SKU, relax an SLO, or split prefill and decode"
+        )
+        if slo.strict:
+            raise Infeasible(message)
+
+    predicted_ttft = (
+        None
+        if prompt is None
+        else math.ceil(prompt / max(1, budget - num_seqs)) * slowest_s(budget)
+    )
+    default_budget = vllm_default_token_budget(profile)
+    return Recommendation(
+        gpu=profile.name,
+        token_budget=budget,
+        max_num_seqs=num_seqs,
+        predicted_itl_p99_s=slowest_s(budget),
+        predicted_ttft_p99_s=predicted_ttft,
+        binding=tuple(binding),
+        feasible=feasible,
+        message=message,
+        lower_bound_tokens=lower,
+        upper_bound_tokens=upper,
+        threshold_tokens=model.threshold_tokens,
+        measured=model.measured,
+        objective=hints.objective,
+        vllm_default_budget=default_budget,
+        predicted_itl_p99_s_at_default=slowest_s(default_budget),
+        capacity=capacity,
+        step_model=model.describe(),
+    )
+
+
+def _check(slo: ServiceLevel, hints: WorkloadHints) -> None:
+    if not slo.itl_p99_s > 0:
+        raise InvalidSpec(f"itlP99 must be positive, got {slo.itl_p99_s} s")
+    if not slo.ttft_p99_s > 0:
+        raise InvalidSpec(f"ttftP99 must be positive, got {slo.ttft_p99_s} s")
+    if hints.max_model_len < BLOCK_SIZE:
+        raise InvalidSpec(f"maxModelLen must be at least {BLOCK_SIZE}, got {hints.max_model_len}")
+    prompt = hints.prompt_p99_tokens
+    if prompt is not None and not 1 <= prompt <= hints.max_model_len:
+        raise InvalidSpec(
+            f"promptP99 {prompt} tokens must be between 1 and maxModelLen "
+            f"({hints.max_model_len}); raise maxModelLen or lower the prompt length"
+        )
+    if hints.max_num_seqs is not None and hints.max_num_seqs < 1:
+        raise InvalidSpec(f"maxNumSeqs must be at least 1, got {hints.max_num_seqs}")
+
+
+def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
+    """The largest n in [low, high] with ok(n), for ok true up to a point then false."""
+    if high < low or not ok(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _round_up(tokens: int) -> int:
+    return -(-tokens // BLOCK_SIZE) * BLOCK_SIZE
+
+
+def _tokens_k(tokens: int) -> str:
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
+
+
+__all__ = [
+    "Objective",
+    "Recommendation",
+    "ServiceLevel",
+    "WorkloadHints",
+    "recommend",
+    "vllm_default_token_budget",
+]
