@@ -7,14 +7,14 @@ The translation, applied recursively:
   - `int | str` fields marked x-kubernetes-int-or-string lose their anyOf and type;
   - `exclusiveMinimum: n` becomes `minimum: n, exclusiveMinimum: true` (OpenAPI 3.0 spelling);
   - titles and `additionalProperties: false` go (the API server prunes unknown fields);
-  - an optional sub-object without a default gets `default: {}`, so the API server fills in
-    its nested defaults even when the user leaves the whole block out.
+  - a sub-object with a default factory gets that default in full, so the API server fills
+    it in when the user leaves the whole block out.
 Pure: returns dicts and text, writes nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
@@ -75,18 +75,40 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
     if node.get("additionalProperties") not in (None, False):
         out["additionalProperties"] = _structural(node["additionalProperties"], defs)
-    required = set(node.get("required", []))
-    for name, raw_prop in node.get("properties", {}).items():
-        # A bare $ref with no default came from default_factory (an `X | None` is an anyOf).
-        if "$ref" in raw_prop and "default" not in raw_prop and name not in required:
-            out["properties"][name]["default"] = {}
     return out
+
+
+def _model_classes(annotation: Any) -> list[type[ApiModel]]:
+    """The API model classes inside an annotation such as `X | None` or `list[X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, ApiModel):
+        return [annotation]
+    return [c for arg in get_args(annotation) for c in _model_classes(arg)]
+
+
+def _fill_defaults(schema: dict[str, Any], model: type[ApiModel]) -> None:
+    """Give every sub-object that has a default factory its full default value.
+
+    The API server validates defaults against the CEL rules as they stand, without first
+    defaulting inside them, so `default: {}` would fail a rule like minReplicas <= maxReplicas.
+    """
+    for name, info in model.model_fields.items():
+        prop = schema.get("properties", {}).get(info.alias or name)
+        if prop is None:
+            continue
+        for cls in _model_classes(info.annotation):
+            _fill_defaults(prop.get("items", prop), cls)
+        if info.default_factory is not None:
+            value = info.default_factory()  # type: ignore[call-arg]
+            if isinstance(value, ApiModel):
+                prop["default"] = value.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def openapi_schema(model: type[ApiModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of one API type."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(raw, raw.get("$defs", {}))
+    schema = _structural(raw, raw.get("$defs", {}))
+    _fill_defaults(schema, model)
+    return schema
 
 
 def crd() -> dict[str, Any]:

@@ -1,0 +1,161 @@
+"""Helpers for the LLMService cluster tests: install the CRD, run the operator in-process or as
+a process, create services, and count the API server's writes."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tokenpilot.adapters.kube import KubeClient, connect
+from tokenpilot.adapters.kube.apply import apply
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
+from tokenpilot.api.crd import crd
+from tokenpilot.handlers.operator import OperatorConfig, operate
+from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "samples"
+
+
+def install_crd(client: KubeClient) -> None:
+    apply(client, crd())
+
+    def established() -> bool:
+        path = RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")].path(
+            name="llmservices.serving.tokenpilot.dev"
+        )
+        body = client.get(path) or {}
+        conditions = body.get("status", {}).get("conditions", [])
+        served = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        # The discovery document lags the condition a little; wait for a real list to work.
+        return served and client.get(LLMSERVICES.path("default")) is not None
+
+    eventually(established, timeout_s=30, what="the LLMService CRD to be established")
+
+
+@contextmanager
+def operator_thread(kubeconfig: Path, namespace: str, resync_s: float = 2.0) -> Iterator[None]:
+    """The operator, in this process, watching one namespace; stopped on exit."""
+    stop, ready = threading.Event(), threading.Event()
+    config = OperatorConfig(
+        kubeconfig=str(kubeconfig), namespaces=(namespace,), resync_interval_s=resync_s
+    )
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            operate(config, stop_flag=stop, ready_flag=ready)
+        except BaseException as exc:  # surfaced to the test below
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=target, name="operator", daemon=True)
+    thread.start()
+    assert ready.wait(60), "the operator did not become ready within 60 s"
+    assert not errors, f"the operator failed to start: {errors}"
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+        assert not thread.is_alive(), "the operator did not stop within 60 s"
+
+
+def operator_process(kubeconfig: Path, namespace: str, log: Path) -> subprocess.Popen[bytes]:
+    """`tokenpilot run` as a separate process (so a test can kill it)."""
+    cmd = [
+        sys.executable, "-m", "tokenpilot.cli", "run",
+        "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--resync-interval", "2",
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def sample(name: str, namespace: str, **spec_overrides: Any) -> dict[str, Any]:
+    """A sample manifest, renamed into the test's namespace, with spec keys replaced."""
+    body = yaml.safe_load((SAMPLES / name).read_text())
+    body = copy.deepcopy(body)
+    body["metadata"]["namespace"] = namespace
+    for key, value in spec_overrides.items():
+        body["spec"][key] = value
+    # Sample secrets do not exist in a test namespace.
+    body["spec"]["model"].pop("hubTokenSecret", None)
+    return body
+
+
+def create(client: KubeClient, body: dict[str, Any]) -> dict[str, Any]:
+    return client.request("POST", LLMSERVICES.path(body["metadata"]["namespace"]), body=body)
+
+
+def get_llms(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    found = client.get(LLMSERVICES.path(namespace, name))
+    assert found is not None, f"LLMService {namespace}/{name} is gone"
+    return found
+
+
+def get_deployment(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return client.get(DEPLOYMENTS.path(namespace, name))
+
+
+def args_of(deployment: dict[str, Any]) -> list[str]:
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def client_for(kubeconfig: Path) -> KubeClient:
+    return connect(str(kubeconfig))
+
+
+# --- counting writes --------------------------------------------------------------------------
+
+WRITE_VERBS = ("APPLY", "PATCH", "POST", "PUT", "DELETE", "CREATE", "UPDATE")
+WATCHED = ("llmservices", "deployments", "services", "poddisruptionbudgets", "events")
+_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+
+
+def api_writes(client: KubeClient) -> dict[tuple[str, str, str], float]:
+    """The API server's own count of write requests, by (verb, resource, subresource), for
+    the resources the operator writes."""
+    out: dict[tuple[str, str, str], float] = {}
+    for line in client.text("/metrics").splitlines():
+        match = _LINE.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+        if labels.get("verb") in WRITE_VERBS and labels.get("resource") in WATCHED:
+            key = (labels["verb"], labels["resource"], labels.get("subresource", ""))
+            out[key] = out.get(key, 0.0) + float(match.group("value"))
+    return out
+
+
+def write_delta(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[tuple[str, str, str], float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
+    """kind/name -> resourceVersion of everything the operator owns or writes in a namespace."""
+    out: dict[str, str] = {}
+    for key in (
+        ("serving.tokenpilot.dev/v1alpha1", "LLMService"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("v1", "Event"),
+    ):
+        for item in client.request("GET", RESOURCES[key].path(namespace)).get("items", []):
+            out[f"{key[1]}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+    return out
