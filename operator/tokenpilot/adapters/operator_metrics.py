@@ -1,0 +1,161 @@
+"""The operator's own /metrics: what the autoscaler decided, how long it took, and each
+service's bounds and SLO targets as gauges (the recording rules and dashboards join on them).
+
+Series carry `namespace` and `llmservice`, the labels the engine series get from the scrape
+config, so one `on (namespace, llmservice)` joins both. Names are the ones the generated
+dashboards and alerts (tokenpilot.core.dashboards) query:
+
+    tokenpilot_desired_replicas, tokenpilot_ready_replicas, tokenpilot_min_replicas,
+    tokenpilot_max_replicas, tokenpilot_token_budget            gauges per service
+    tokenpilot_slo_itl_p99_seconds, tokenpilot_slo_ttft_p99_seconds,
+    tokenpilot_slo_attainment_target                             SLO targets per service
+    tokenpilot_decisions_total{mode, reason}                     counter per service
+    tokenpilot_evaluation_duration_seconds                       histogram, one per operator
+    tokenpilot_reconcile_errors_total                            counter per service
+
+One registry per process (with the process collector for CPU and memory), served by
+prometheus_client's HTTP server on a port of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
+
+from tokenpilot.core.autoscale import Decision
+
+SERVICE = ("namespace", "llmservice")
+# Evaluation of one service: a scrape round trip (ms) up to a scrape timeout (seconds).
+EVALUATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+@dataclass
+class OperatorMetrics:
+    """The operator's metric families, on their own registry."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        ProcessCollector(registry=r)
+        self.desired_replicas = Gauge(
+            "tokenpilot_desired_replicas", "Replicas the autoscaler asked for.", SERVICE, registry=r
+        )
+        self.ready_replicas = Gauge(
+            "tokenpilot_ready_replicas", "Engine pods that are Ready.", SERVICE, registry=r
+        )
+        self.min_replicas = Gauge(
+            "tokenpilot_min_replicas", "spec.autoscaling.minReplicas.", SERVICE, registry=r
+        )
+        self.max_replicas = Gauge(
+            "tokenpilot_max_replicas", "spec.autoscaling.maxReplicas.", SERVICE, registry=r
+        )
+        self.token_budget = Gauge(
+            "tokenpilot_token_budget",
+            "The per-step token budget in use (max_num_batched_tokens).",
+            SERVICE,
+            registry=r,
+        )
+        self.slo_itl_p99_s = Gauge(
+            "tokenpilot_slo_itl_p99_seconds", "spec.slo.itlP99 in seconds.", SERVICE, registry=r
+        )
+        self.slo_ttft_p99_s = Gauge(
+            "tokenpilot_slo_ttft_p99_seconds", "spec.slo.ttftP99 in seconds.", SERVICE, registry=r
+        )
+        self.slo_attainment = Gauge(
+            "tokenpilot_slo_attainment_target",
+            "spec.slo.attainment: the fraction that must meet the objectives.",
+            SERVICE,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "tokenpilot_decisions",
+            "Autoscaler evaluations by outcome.",
+            (*SERVICE, "mode", "reason"),
+            registry=r,
+        )
+        self.evaluation_s = Histogram(
+            "tokenpilot_evaluation_duration_seconds",
+            "Time to evaluate one service: read metrics, decide, write.",
+            buckets=EVALUATION_BUCKETS_S,
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "tokenpilot_reconcile_errors",
+            "Reconciles that failed talking to the API server.",
+            SERVICE,
+            registry=r,
+        )
+
+    def record_decision(
+        self, namespace: str, name: str, decision: Decision, evaluation_s: float
+    ) -> None:
+        self.desired_replicas.labels(namespace, name).set(decision.desired_replicas)
+        self.ready_replicas.labels(namespace, name).set(decision.signals.ready_replicas)
+        self.decisions.labels(
+            namespace, name, decision.mode.value, decision.reason_code.value
+        ).inc()
+        self.evaluation_s.observe(evaluation_s)
+
+    def record_targets(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        min_replicas: int,
+        max_replicas: int,
+        attainment: float,
+        itl_p99_s: float | None,
+        ttft_p99_s: float | None,
+        token_budget: int | None,
+    ) -> None:
+        """The service's bounds and objectives; an unset objective removes its series."""
+        self.min_replicas.labels(namespace, name).set(min_replicas)
+        self.max_replicas.labels(namespace, name).set(max_replicas)
+        self.slo_attainment.labels(namespace, name).set(attainment)
+        for gauge, value in (
+            (self.slo_itl_p99_s, itl_p99_s),
+            (self.slo_ttft_p99_s, ttft_p99_s),
+            (self.token_budget, token_budget),
+        ):
+            if value is None:
+                self._drop(gauge, namespace, name)
+            else:
+                gauge.labels(namespace, name).set(value)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Remove a deleted service's per-service series (the decisions counter included)."""
+        for gauge in (
+            self.desired_replicas,
+            self.ready_replicas,
+            self.min_replicas,
+            self.max_replicas,
+            self.token_budget,
+            self.slo_itl_p99_s,
+            self.slo_ttft_p99_s,
+            self.slo_attainment,
+            self.reconcile_errors,
+        ):
+            self._drop(gauge, namespace, name)
+        for labels in list(self.decisions._metrics):
+            if labels[:2] == (namespace, name):
+                self.decisions.remove(*labels)
+
+    @staticmethod
+    def _drop(metric: Gauge | Counter, namespace: str, name: str) -> None:
+        # remove() raises KeyError for a series that was never set; absent is what we want.
+        with contextlib.suppress(KeyError):
+            metric.remove(namespace, name)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        """Serve /metrics on `address:port` from a daemon thread."""
+        start_http_server(port, addr=address, registry=self.registry)

@@ -1,0 +1,50 @@
+"""An LLMService's spec turned into an AutoscalePolicy and the evaluation interval."""
+
+from __future__ import annotations
+
+from tokenpilot.api.llmservice import LLMServiceSpec
+from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.durations import parse_duration_s
+
+# An observation older than this many intervals is stale.
+STALE_AFTER_INTERVALS = 3
+
+
+def evaluation_interval_s(spec: LLMServiceSpec) -> float:
+    """spec.autoscaling.interval in seconds (InvalidSpec naming the field if misspelt)."""
+    return parse_duration_s(spec.autoscaling.interval, "spec.autoscaling.interval")
+
+
+def policy_from_spec(spec: LLMServiceSpec) -> AutoscalePolicy:
+    """The policy the operator evaluates for this spec; InvalidSpec if it cannot be built.
+
+    The API sets bounds, the queue target, both windows and the interval; the SLOs come from
+    spec.slo. Everything else keeps AutoscalePolicy's documented defaults, except that a
+    scale-down window shorter than the default step interval also shortens the step interval
+    (a user asking for a 30 s window expects minReplicas soon after it, not 30 s per replica
+    on top).
+    """
+    scaling, slo = spec.autoscaling, spec.slo
+    interval_s = evaluation_interval_s(spec)
+    down_window_s = parse_duration_s(
+        scaling.scale_down_stabilization, "spec.autoscaling.scaleDownStabilization"
+    )
+    defaults = AutoscalePolicy()
+    policy = AutoscalePolicy(
+        min_replicas=scaling.min_replicas,
+        max_replicas=scaling.max_replicas,
+        target_queue_per_replica=scaling.target_queue_depth_per_replica,
+        itl_p99_slo_s=None if slo.itl_p99 is None else parse_duration_s(slo.itl_p99, "slo.itlP99"),
+        ttft_p99_slo_s=(
+            None if slo.ttft_p99 is None else parse_duration_s(slo.ttft_p99, "slo.ttftP99")
+        ),
+        scale_up_stabilization_s=parse_duration_s(
+            scaling.scale_up_stabilization, "spec.autoscaling.scaleUpStabilization"
+        ),
+        scale_down_stabilization_s=down_window_s,
+        scale_down_step_interval_s=min(defaults.scale_down_step_interval_s, down_window_s),
+        max_observation_age_s=max(
+            defaults.max_observation_age_s, STALE_AFTER_INTERVALS * interval_s
+        ),
+    )
+    return policy
