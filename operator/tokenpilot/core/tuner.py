@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from tokenpilot.api.llmservice import BatchingProfile
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
@@ -46,19 +46,12 @@ DEFAULT_OUTPUT_TOKENS = 512
 DEFAULT_PROMPT_TOKENS = 1536
 
 
-class Objective(StrEnum):
-    """Where between the bounds the budget goes."""
-
-    interactive = "interactive"
-    throughput = "throughput"
-
-
 @dataclass(frozen=True, slots=True)
 class ServiceLevel:
     """Latency targets; `strict` turns crossing bounds into `Infeasible`."""
 
-    itl_p99_s: float
-    ttft_p99_s: float
+    itl_p99_s: float | None
+    ttft_p99_s: float | None
     strict: bool = False
 
 
@@ -70,7 +63,7 @@ class WorkloadHints:
     expected_context_tokens: int | None = None
     max_model_len: int = 8192
     max_num_seqs: int | None = None
-    objective: Objective = Objective.interactive
+    objective: BatchingProfile = BatchingProfile.interactive
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
 
@@ -91,7 +84,7 @@ class Recommendation:
     upper_bound_tokens: int
     threshold_tokens: int
     measured: bool
-    objective: Objective
+    objective: BatchingProfile
     vllm_default_budget: int
     predicted_itl_p99_s_at_default: float
     capacity: CapacityPlan
@@ -123,8 +116,10 @@ def recommend(
         context,
     )
     model = step_time_model(profile, shape, hints.tensor_parallel_size)
-    limit_s = slo.itl_p99_s * ITL_HEADROOM
-    itl, ttft = format_duration_s(slo.itl_p99_s), format_duration_s(slo.ttft_p99_s)
+    # Without an ITL target nothing bounds a step but the threshold.
+    limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
+    itl = "(none)" if slo.itl_p99_s is None else format_duration_s(slo.itl_p99_s)
+    ttft = "(none)" if slo.ttft_p99_s is None else format_duration_s(slo.ttft_p99_s)
     binding: list[str] = []
     problems: list[str] = []
 
@@ -178,15 +173,16 @@ def recommend(
     itl_bound = floor_budget if itl_blocks is None else itl_blocks * BLOCK_SIZE
     threshold = max(floor_budget, model.threshold_tokens // BLOCK_SIZE * BLOCK_SIZE)
     basis = "measured" if model.measured else "estimated from the datasheet"
-    if threshold < itl_bound:
+    if threshold <= itl_bound:
         upper = threshold
         upper_source = f"the {basis} threshold caps B at {upper:,}"
         upper_reason = (
             f"at most {upper:,}: the {basis} threshold of {model.threshold_tokens:,} tokens on "
             f"{profile.name}; past it steps jump by "
-            f"{format_duration_s(model.jump_at(num_seqs))} (ITL alone would allow "
-            f"{itl_bound:,})"
+            f"{format_duration_s(model.jump_at(num_seqs))}"
         )
+        if itl_bound > threshold and slo.itl_p99_s is not None:
+            upper_reason += f" (ITL {itl} alone would allow {itl_bound:,})"
     else:
         upper = itl_bound
         upper_source = f"ITL {itl} needs B <= {upper:,}"
@@ -203,8 +199,9 @@ def recommend(
     # 3. lower bound
     lower = floor_budget
     lower_reason = f"at least {lower:,}: vLLM needs a budget of at least max_num_seqs"
-    if prompt is not None:
-        num_steps = math.floor(slo.ttft_p99_s / slo.itl_p99_s + 1e-9)
+    if prompt is not None and slo.ttft_p99_s is not None:
+        step_bound_s = limit_s if slo.itl_p99_s is not None else slowest_s(upper)
+        num_steps = math.floor(slo.ttft_p99_s * ITL_HEADROOM / step_bound_s + 1e-9)
         if num_steps < 1:
             lower = max_budget + BLOCK_SIZE
             lower_reason = f"TTFT {ttft} is shorter than one step at ITL {itl}"
@@ -213,7 +210,7 @@ def recommend(
             lower = max(floor_budget, _round_up(num_seqs + math.ceil(prompt / num_steps)))
             lower_reason = (
                 f"at least {lower:,}: TTFT {ttft} at {prompt:,}-token prompts allows "
-                f"{num_steps} steps of under {format_duration_s(limit_s)}, so each must carry "
+                f"{num_steps} steps of under {format_duration_s(step_bound_s)}, so each must carry "
                 f"{math.ceil(prompt / num_steps):,} prompt tokens beside {num_seqs} decodes"
             )
 
@@ -225,9 +222,16 @@ def recommend(
         lambda k: slowest_s(k * BLOCK_SIZE) <= hidden_limit_s,
     )
     hidden_top = floor_budget if hidden_blocks is None else hidden_blocks * BLOCK_SIZE
-    if hints.objective is Objective.throughput:
+    if hints.objective is BatchingProfile.throughput:
         budget = upper
         binding.append(f"token_budget {budget:,} (throughput: the knee) {upper_reason}")
+    elif hints.objective is BatchingProfile.balanced:
+        interactive = min(upper, max(lower, hidden_top))
+        budget = _round_up((interactive + upper) // 2)
+        binding.append(
+            f"token_budget {budget:,} (balanced): halfway between the interactive pick "
+            f"{interactive:,} and the knee {upper:,}"
+        )
     else:
         budget = min(upper, max(lower, hidden_top))
         if budget == upper and upper <= hidden_top:
@@ -289,9 +293,9 @@ def recommend(
 
 
 def _check(slo: ServiceLevel, hints: WorkloadHints) -> None:
-    if not slo.itl_p99_s > 0:
+    if slo.itl_p99_s is not None and not slo.itl_p99_s > 0:
         raise InvalidSpec(f"itlP99 must be positive, got {slo.itl_p99_s} s")
-    if not slo.ttft_p99_s > 0:
+    if slo.ttft_p99_s is not None and not slo.ttft_p99_s > 0:
         raise InvalidSpec(f"ttftP99 must be positive, got {slo.ttft_p99_s} s")
     if hints.max_model_len < BLOCK_SIZE:
         raise InvalidSpec(f"maxModelLen must be at least {BLOCK_SIZE}, got {hints.max_model_len}")
@@ -327,7 +331,6 @@ def _tokens_k(tokens: int) -> str:
 
 
 __all__ = [
-    "Objective",
     "Recommendation",
     "ServiceLevel",
     "WorkloadHints",

@@ -1,0 +1,207 @@
+"""`tokenpilot plan`: the token budget and max_num_seqs for a model on a GPU, with the reasons.
+
+Beside the recommendation it shows vLLM's own default budget and the predicted P99 ITL of both.
+Exit status: 0 when the SLOs can be met, 2 when they cannot or the input is wrong (unknown GPU,
+unknown model, a model that does not fit), so scripts can gate on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tokenpilot.adapters.profiles import load_catalog
+from tokenpilot.api.llmservice import BatchingProfile
+from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
+from tokenpilot.core.durations import format_duration_s, parse_duration_s
+from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
+
+EXIT_INFEASIBLE = 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", required=True, help="SKU, alias or nvidia.com/gpu.product value")
+    parser.add_argument(
+        "--model", help=f"model preset: {', '.join(sorted(MODEL_PRESETS))} (or use --shape)"
+    )
+    parser.add_argument(
+        "--shape",
+        type=Path,
+        help="YAML/JSON file with the model shape (numParameters, numLayers, ...) instead of "
+        "a preset",
+    )
+    parser.add_argument("--itl-p99", help="P99 inter-token latency target, e.g. 50ms")
+    parser.add_argument("--ttft-p99", help="P99 time-to-first-token target, e.g. 2s")
+    parser.add_argument("--prompt-p99", type=int, help="P99 prompt length in tokens")
+    parser.add_argument(
+        "--context", type=int, help="expected context per sequence in tokens (default: prompt+512)"
+    )
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--max-num-seqs", type=int, help="cap on running sequences")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--profile",
+        choices=[p.value for p in BatchingProfile],
+        default=BatchingProfile.interactive.value,
+        help="where between the bounds the budget goes (default: interactive)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="treat SLOs that cannot both be met as an error"
+    )
+    parser.add_argument(
+        "--profiles-dir",
+        type=Path,
+        action="append",
+        default=[],
+        help="extra directory of GPU profile YAMLs overriding the built-ins (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        shape = _shape(args)
+        slo = ServiceLevel(
+            itl_p99_s=None if args.itl_p99 is None else parse_duration_s(args.itl_p99, "--itl-p99"),
+            ttft_p99_s=(
+                None if args.ttft_p99 is None else parse_duration_s(args.ttft_p99, "--ttft-p99")
+            ),
+            strict=args.strict,
+        )
+        hints = WorkloadHints(
+            prompt_p99_tokens=args.prompt_p99,
+            expected_context_tokens=args.context,
+            max_model_len=args.max_model_len,
+            max_num_seqs=args.max_num_seqs,
+            objective=BatchingProfile(args.profile),
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+        )
+        profile = load_catalog(args.profiles_dir).get(args.gpu)
+        rec = recommend(profile, shape, slo, hints)
+    # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
+    except (TokenPilotError, UnknownModelPreset) as exc:
+        if args.json:
+            print(json.dumps({"feasible": False, "error": str(exc)}, indent=2))
+        print(f"tokenpilot plan: {exc}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    model_name = args.model or str(args.shape)
+    if args.json:
+        print(json.dumps(_as_json(rec, model_name), indent=2))
+    else:
+        print(_as_table(rec, model_name, slo))
+    return 0 if rec.feasible else EXIT_INFEASIBLE
+
+
+def _shape(args: argparse.Namespace) -> ModelShape:
+    if args.shape is not None:
+        if args.model is not None:
+            raise InvalidSpec("give --model or --shape, not both")
+        try:
+            data = yaml.safe_load(args.shape.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise InvalidSpec(f"{args.shape}: cannot read the model shape ({exc})") from None
+        try:
+            return ModelShape.model_validate(data)
+        except ValidationError as exc:
+            fields = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidSpec(
+                f"{args.shape}: invalid model shape ({fields}); give numParameters, numLayers, "
+                f"numAttentionHeads, numKvHeads, headDim and hiddenSize"
+            ) from None
+    if args.model is None:
+        raise InvalidSpec(
+            "missing model shape: pass --model with a preset "
+            f"({', '.join(sorted(MODEL_PRESETS))}) or --shape FILE with numParameters, "
+            "numLayers, numAttentionHeads, numKvHeads, headDim and hiddenSize"
+        )
+    if args.model not in MODEL_PRESETS:
+        raise InvalidSpec(
+            f"--model: unknown model preset {args.model!r}; known presets: "
+            f"{', '.join(sorted(MODEL_PRESETS))}; for another model pass --shape FILE with "
+            f"numParameters, numLayers, numAttentionHeads, numKvHeads, headDim and hiddenSize"
+        )
+    return MODEL_PRESETS[args.model]
+
+
+def _as_json(rec: Recommendation, model: str) -> dict[str, Any]:
+    cap = rec.capacity
+    return {
+        "gpu": rec.gpu,
+        "model": model,
+        "measured": rec.measured,
+        "profile": rec.objective.value,
+        "token_budget": rec.token_budget,
+        "max_num_seqs": rec.max_num_seqs,
+        "predicted_itl_p99_s": round(rec.predicted_itl_p99_s, 6),
+        "predicted_ttft_p99_s": (
+            None if rec.predicted_ttft_p99_s is None else round(rec.predicted_ttft_p99_s, 6)
+        ),
+        "vllm_default_budget": rec.vllm_default_budget,
+        "predicted_itl_p99_s_at_default": round(rec.predicted_itl_p99_s_at_default, 6),
+        "binding": list(rec.binding),
+        "feasible": rec.feasible,
+        "message": rec.message,
+        "lower_bound_tokens": rec.lower_bound_tokens,
+        "upper_bound_tokens": rec.upper_bound_tokens,
+        "threshold_tokens": rec.threshold_tokens,
+        "capacity": {
+            "weights_gib_per_gpu": round(cap.weights_gib_per_gpu, 3),
+            "kv_bytes_per_token": cap.kv_bytes_per_token,
+            "kv_cache_gib_per_gpu": round(cap.kv_cache_gib_per_gpu, 3),
+            "num_kv_blocks": cap.num_kv_blocks,
+            "num_kv_tokens": cap.num_kv_tokens,
+            "block_size": cap.block_size,
+            "max_concurrency": cap.max_concurrency,
+            "expected_context_tokens": cap.expected_context_tokens,
+        },
+        "step_model": rec.step_model,
+    }
+
+
+def _as_table(rec: Recommendation, model: str, slo: ServiceLevel) -> str:
+    basis = "measured profile" if rec.measured else "datasheet profile, not measured"
+    itl_target = "none" if slo.itl_p99_s is None else format_duration_s(slo.itl_p99_s)
+    ttft_target = "none" if slo.ttft_p99_s is None else format_duration_s(slo.ttft_p99_s)
+    rows = [
+        ("", "TokenPilot", "vLLM default"),
+        ("max-num-batched-tokens", f"{rec.token_budget}", f"{rec.vllm_default_budget}"),
+        ("max-num-seqs", f"{rec.max_num_seqs}", f"{rec.max_num_seqs} (held equal)"),
+        (
+            f"predicted P99 ITL (target {itl_target})",
+            format_duration_s(rec.predicted_itl_p99_s),
+            format_duration_s(rec.predicted_itl_p99_s_at_default),
+        ),
+    ]
+    width = max(len(r[0]) for r in rows) + 2
+    lines = [
+        f"{model} on {rec.gpu} ({basis}), {rec.objective.value}, TTFT target {ttft_target}",
+        "",
+        *(f"{a:<{width}}{b:<16}{c}" for a, b, c in rows),
+        "",
+        "why:",
+        *(f"  - {b}" for b in rec.binding),
+        f"  - bounds: {rec.lower_bound_tokens:,} to {rec.upper_bound_tokens:,} tokens per step",
+        f"  - capacity: {rec.capacity.reason}",
+        f"  - {rec.step_model}",
+        "",
+    ]
+    if rec.feasible:
+        lines.append(
+            f"vLLM flags: --max-num-batched-tokens {rec.token_budget} "
+            f"--max-num-seqs {rec.max_num_seqs}"
+        )
+    else:
+        lines.append(f"INFEASIBLE: {rec.message}")
+    return "\n".join(lines)
