@@ -1,0 +1,86 @@
+"""A dev cluster of its own (not the session's): `down` stops exactly the processes `up`
+started, pod processes included, and removes the state directory."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from kubernetes import client, config
+
+from tokenpilot.tooling.devcluster import cluster, procs
+from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+
+pytestmark = pytest.mark.cluster
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
+    state_dir = tmp_path / "cluster"
+    started = time.monotonic()
+    st = cluster.up(cluster.UpOptions(name="lifecycle", state_dir=state_dir))
+    up_s = time.monotonic() - started
+    assert up_s < 60, f"up took {up_s:.0f} s"
+    pids = [p.pid for p in st.processes]
+    assert [p.name for p in st.processes] == [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+        "pod-runner",
+    ]
+    assert all(procs.is_alive(p) for p in st.processes)
+
+    # A pod with a mapped image adds a grandchild process (under the pod runner).
+    core = client.CoreV1Api(config.new_client_from_config(config_file=st.kubeconfig))
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "web",
+                        "image": "tokenpilot.dev/http-server:1",
+                        "ports": [{"containerPort": 8080}],
+                    }
+                ]
+            },
+        },
+    )
+    pod = eventually(
+        lambda: (p := core.read_namespaced_pod("web", "default")).status.pod_ip and p,
+        timeout_s=30,
+        what="pod IP",
+    )
+    ip = pod.status.pod_ip
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(st.pod_cidr)
+    eventually(
+        lambda: httpx.get(f"http://{ip}:8080/", timeout=1, trust_env=False).status_code == 200,
+        timeout_s=30,
+        what="the pod's local server",
+    )
+    children = cluster.runner_children(state_dir)
+    assert len(children) == 1
+
+    cluster.down(state_dir)
+
+    for ref in [*st.processes, *children]:
+        assert not procs.is_alive(ref), f"{ref.name} (pid {ref.pid}) survived down"
+    assert not _processes_mentioning(str(state_dir)), "a process still refers to the state dir"
+    assert not state_dir.exists()
+    assert pids  # the PIDs we checked were real
