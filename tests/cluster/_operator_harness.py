@@ -17,6 +17,7 @@ import yaml
 
 from tokenpilot.adapters.kube import KubeClient, connect
 from tokenpilot.adapters.kube.apply import apply
+from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
 from tokenpilot.api.crd import crd
 from tokenpilot.handlers.operator import OperatorConfig, operate
@@ -121,7 +122,9 @@ def client_for(kubeconfig: Path) -> KubeClient:
 # --- counting writes --------------------------------------------------------------------------
 
 WRITE_VERBS = ("APPLY", "PATCH", "POST", "PUT", "DELETE", "CREATE", "UPDATE")
-WATCHED = ("llmservices", "deployments", "services", "poddisruptionbudgets", "events")
+# Events are left out: the endpoints controller posts its own in the same namespaces. Ours are
+# counted by listing them (see resource_versions).
+WATCHED = ("llmservices", "deployments", "services", "poddisruptionbudgets")
 _LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
@@ -157,5 +160,7 @@ def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
         ("v1", "Event"),
     ):
         for item in client.request("GET", RESOURCES[key].path(namespace)).get("items", []):
+            if key[1] == "Event" and item.get("reportingComponent") != COMPONENT:
+                continue
             out[f"{key[1]}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
     return out

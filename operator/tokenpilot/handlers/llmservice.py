@@ -84,15 +84,8 @@ def deployment_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: A
     )
     if owner is None:
         return
-    rt = _runtime(memo)
-    service = rt.client.get(LLMSERVICES.path(namespace, owner["name"]))
-    if (
-        service is None
-        or service["metadata"].get("uid") != owner.get("uid")
-        or service["metadata"].get("deletionTimestamp")
-    ):
-        return  # its owner is gone or going; the garbage collector takes it from here
-    reconcile(rt, service, "deployment")
+    stub = {"metadata": {"namespace": namespace, "name": owner["name"]}}
+    reconcile(_runtime(memo), stub, "deployment")
 
 
 def resync_once(rt: Runtime) -> int:
@@ -103,8 +96,6 @@ def resync_once(rt: Runtime) -> int:
     for namespace in scopes:
         items = rt.client.request("GET", LLMSERVICES.path(namespace)).get("items", [])
         for item in items:
-            item.setdefault("apiVersion", f"{GROUP}/{VERSION}")
-            item.setdefault("kind", KIND)
             reconcile(rt, item, "resync")
             count += 1
     return count

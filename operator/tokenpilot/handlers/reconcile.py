@@ -25,7 +25,7 @@ from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube import apply as kube_apply
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.nodes import list_nodes
-from tokenpilot.adapters.kube.resources import DEPLOYMENTS
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import patch_status
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.errors import Infeasible, TokenPilotError
@@ -87,7 +87,12 @@ def reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
     meta = body.get("metadata", {})
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     with rt.lock(namespace, name):
-        return _reconcile(rt, body, trigger)
+        # Read it again under the lock: another trigger may have just written its status, and
+        # deciding from an older copy would repeat that write and its events.
+        fresh = rt.client.get(LLMSERVICES.path(namespace, name))
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return Outcome((), False, None)  # gone or going: owner references do the rest
+        return _reconcile(rt, fresh, trigger)
 
 
 def _reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
