@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         results, sizing, budgets = _simulate(args, trace, err)
     except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
         # Bad input: the message names the file, line or flag and the fix.
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.json:
         print(json.dumps(to_json(trace, results), sort_keys=False))

@@ -1,0 +1,96 @@
+"""The baseline autoscalers' arithmetic against their documented defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenpilot.core.fleet import FleetView, PodSample
+from tokenpilot.core.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy
+from tokenpilot.core.fleet.policies.hpa_algorithm import (
+    HpaBehavior,
+    external_average_recommendation,
+    pods_metric_recommendation,
+)
+
+
+def view(
+    now_s: float, running: list[int], *, spec: int | None = None, waiting: int = 0
+) -> FleetView:
+    pods = tuple(
+        PodSample(f"p{i}", now_s, r, waiting if i == 0 else 0, 0.1, (), ())
+        for i, r in enumerate(running)
+    )
+    spec_replicas = len(running) if spec is None else spec
+    return FleetView(now_s, now_s, spec_replicas, len(running), spec_replicas - len(running), pods)
+
+
+@pytest.mark.parametrize(
+    ("current", "samples", "missing", "target", "expected"),
+    [
+        (2, [10.0, 10.0], 0, 10.0, 2),  # at target
+        (2, [10.5, 10.5], 0, 10.0, 2),  # within the 0.1 tolerance
+        (2, [20.0, 20.0], 0, 10.0, 4),  # double the target: double the pods
+        (4, [2.0, 2.0, 2.0, 2.0], 0, 10.0, 1),  # ceil(0.2 * 4)
+        (3, [30.0, 30.0], 1, 10.0, 6),  # a starting pod counts as 0 on the way up
+        (3, [11.5, 11.5], 1, 10.0, 3),  # padding the starting pod undoes the scale-up
+        (3, [2.0, 2.0], 1, 10.0, 2),  # on the way down a starting pod counts as at target
+    ],
+)
+def test_hpa_pods_metric_recommendation(
+    current: int, samples: list[float], missing: int, target: float, expected: int
+) -> None:
+    assert pods_metric_recommendation(current, samples, missing, target)[0] == expected
+
+
+def test_hpa_external_average_is_total_over_threshold() -> None:
+    assert external_average_recommendation(2, 52.0, 5.0)[0] == 11
+    assert external_average_recommendation(2, 10.4, 5.0)[0] == 2  # within tolerance
+
+
+def test_hpa_behavior_limits_scale_up_to_max_of_double_and_four_pods() -> None:
+    behavior = HpaBehavior(1, 100)
+    assert behavior.apply(0.0, 1, 50) == 5  # +4 pods beats +100 % from one
+    assert HpaBehavior(1, 100).apply(0.0, 10, 50) == 20  # +100 % beats +4
+
+
+def test_hpa_behavior_scales_down_to_the_highest_recommendation_of_300_s() -> None:
+    behavior = HpaBehavior(1, 100)
+    assert behavior.apply(0.0, 8, 8) == 8
+    assert behavior.apply(100.0, 8, 2) == 8  # 8 was recommended within 300 s
+    assert behavior.apply(250.0, 8, 3) == 8
+    assert behavior.apply(301.0, 8, 2) == 3  # the 8 aged out; 3 (t=250) is the highest left
+    assert behavior.apply(551.0, 3, 2) == 2
+
+
+def test_hpa_policy_reads_running_per_pod() -> None:
+    policy = HpaPolicy(target_running_per_replica=8.0, min_replicas=1, max_replicas=10)
+    assert policy.decide(view(15.0, [16, 16])).replicas == 4
+    assert policy.interval_s == 15.0
+
+
+def test_keda_scales_on_total_waiting_over_threshold_5() -> None:
+    policy = KedaPolicy(min_replicas=1, max_replicas=20)
+    assert policy.decide(view(30.0, [1, 1], waiting=40)).replicas == 6  # 40/5=8, +4 from 2
+    assert policy.interval_s == 30.0
+    assert policy.decide(view(60.0, [1] * 6, waiting=0)).replicas == 6  # 300 s cooldown
+
+
+def test_kpa_panics_on_a_sustained_burst_and_at_most_doubles() -> None:
+    policy = KpaPolicy(target_running_per_replica=10.0, min_replicas=1, max_replicas=50)
+    for t in range(0, 170, 2):
+        assert policy.decide(view(float(t), [10, 10])).replicas == 2
+    # 8x load: one sample does not panic, a few in the 60 s panic window do.
+    choices = [policy.decide(view(float(t), [80, 80])) for t in range(170, 190, 2)]
+    assert not choices[0].reason.startswith("panic")
+    panicked = [c for c in choices if c.reason.startswith("panic")]
+    assert panicked and panicked[0].replicas == 4  # capped at 2x the two ready pods
+
+
+def test_kpa_does_not_scale_down_while_panicking() -> None:
+    policy = KpaPolicy(target_running_per_replica=10.0, min_replicas=1, max_replicas=50)
+    assert policy.decide(view(0.0, [40, 40])).replicas == 4  # panic: 8 wanted, 2x cap
+    during = [policy.decide(view(float(t), [1, 1, 1, 1])) for t in range(2, 180, 2)]
+    assert min(c.replicas for c in during) >= 4
+    # A whole stable window after the last panic condition, the stable average rules again.
+    after = [policy.decide(view(float(t), [1, 1, 1, 1])) for t in range(182, 400, 2)]
+    assert after[-1].replicas < 4 and not after[-1].reason.startswith("panic")
