@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tokenpilot.cli import build_parser
 from tokenpilot.core.dashboards.files import RULES_PATH, dashboard_path, generated_files
 from tokenpilot.tooling.devcluster import paths
 from tokenpilot.tooling.devcluster.versions import HELM_VERSION
@@ -100,9 +101,22 @@ def test_the_operator_deployment_is_hardened() -> None:
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9100}
     assert container["image"] == "tokenpilot/operator:0.1.0"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_the_operator_accepts_every_flag_the_chart_passes(values: Path) -> None:
+    (deployment,) = by_kind(render(values), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    parser = build_parser(args)
+    try:
+        parser.parse_args(args)
+    except SystemExit:
+        pytest.fail(f"`tokenpilot {' '.join(args)}` is refused by the run command's parser")
 
 
 def test_cluster_role_has_no_wildcards_and_never_deletes() -> None:
