@@ -1,0 +1,124 @@
+"""`tokenpilot plan` as a user runs it: the table, --json, exit codes and bad-input messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenpilot.adapters.profiles import builtin_profiles_dir
+from tokenpilot.cli import main
+
+BASE = ["plan", "--model", "llama-3.1-8b", "--itl-p99", "50ms", "--ttft-p99", "2s"]
+JSON_KEYS = {
+    "token_budget",
+    "max_num_seqs",
+    "predicted_itl_p99_s",
+    "vllm_default_budget",
+    "predicted_itl_p99_s_at_default",
+    "binding",
+    "feasible",
+}
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_budgets_follow_the_study_and_explain_each(capsys: pytest.CaptureFixture[str]):
+    results = {}
+    for gpu in ("H100-80GB", "L40S", "RTX-6000"):
+        code, out, _ = _plan(capsys, *BASE, "--gpu", gpu, "--prompt-p99", "4096", "--json")
+        assert code == 0
+        results[gpu] = json.loads(out)
+        assert results[gpu].keys() >= JSON_KEYS
+        assert results[gpu]["feasible"] is True
+        assert any("token_budget" in b for b in results[gpu]["binding"])
+    budgets = [results[g]["token_budget"] for g in ("H100-80GB", "L40S", "RTX-6000")]
+    assert budgets[0] > budgets[1] > budgets[2]
+
+
+def test_table_shows_recommendation_default_and_reasons(capsys: pytest.CaptureFixture[str]):
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "RTX-6000", "--prompt-p99", "4096")
+    assert code == 0
+    assert "TokenPilot" in out and "vLLM default" in out
+    assert "predicted P99 ITL (target 50 ms)" in out
+    assert "why:" in out and "max_num_seqs" in out and "capacity:" in out
+    assert "vLLM flags: --max-num-batched-tokens" in out
+
+
+def test_datasheet_only_gpu_says_so(capsys: pytest.CaptureFixture[str]):
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "NVIDIA-A100-SXM4-80GB")
+    assert code == 0
+    assert "not measured" in out and "estimated" in out
+
+
+def test_crossing_slos_exit_2_with_the_reason(capsys: pytest.CaptureFixture[str]):
+    code, out, _ = _plan(
+        capsys,
+        *["plan", "--model", "llama-3.1-8b", "--gpu", "L40S", "--itl-p99", "40ms"],
+        *["--ttft-p99", "100ms", "--prompt-p99", "8192", "--max-model-len", "16384", "--json"],
+    )
+    assert code == 2
+    result = json.loads(out)
+    assert result["feasible"] is False
+    assert "needs B >=" in result["message"] and "split prefill and decode" in result["message"]
+
+
+def test_strict_crossing_is_an_error(capsys: pytest.CaptureFixture[str]):
+    code, _, err = _plan(
+        capsys,
+        *["plan", "--model", "llama-3.1-8b", "--gpu", "L40S", "--itl-p99", "40ms", "--strict"],
+        *["--ttft-p99", "100ms", "--prompt-p99", "8192", "--max-model-len", "16384"],
+    )
+    assert code == 2 and "choose a faster SKU" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--gpu", "B200", *BASE[1:]], ["unknown GPU 'B200'", "H100-80GB", "ConfigMap"]),
+        (["--gpu", "H100", "--itl-p99", "50ms"], ["missing model shape", "--model", "--shape"]),
+        (["--gpu", "H100", "--model", "gpt-5"], ["unknown model preset 'gpt-5'", "--shape"]),
+        (["--gpu", "H100", "--model", "llama-3.1-8b", "--itl-p99", "50"], ["--itl-p99", "50ms"]),
+        (
+            ["--gpu", "L40S", "--model", "llama-3.1-70b"],
+            ["131.4 GiB per GPU", "40.5 GiB", "tensorParallelSize"],
+        ),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: list[str]
+) -> None:
+    code, out, err = _plan(capsys, "plan", *args)
+    assert code == 2 and out == ""
+    for part in expected:
+        assert part in err
+
+
+def test_profile_file_with_a_wrong_unit_names_file_field_and_fix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = (builtin_profiles_dir() / "l40s.yaml").read_text()
+    bad = tmp_path / "l40s.yaml"
+    bad.write_text(text.replace("hbmBandwidthGbps: 864", "hbmBandwidthGbps: 864GB/s"))
+    code, _, err = _plan(capsys, *BASE, "--gpu", "L40S", "--profiles-dir", str(tmp_path))
+    assert code == 2
+    assert str(bad) in err and "hbmBandwidthGbps" in err and "plain number" in err
+
+
+def test_shape_file_instead_of_a_preset(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    shape = tmp_path / "shape.yaml"
+    shape.write_text(
+        "numParameters: 8030261248\nnumLayers: 32\nnumAttentionHeads: 32\nnumKvHeads: 8\n"
+        "headDim: 128\nhiddenSize: 4096\n"
+    )
+    args = ["plan", "--gpu", "H100", "--shape", str(shape), "--itl-p99", "50ms", "--json"]
+    code, out, _ = _plan(capsys, *args)
+    assert code == 0 and json.loads(out)["token_budget"] == 8192
+    shape.write_text("numParameters: 8030261248\n")
+    code, _, err = _plan(capsys, *args)
+    assert code == 2 and str(shape) in err and "numLayers" in err

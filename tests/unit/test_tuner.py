@@ -1,0 +1,186 @@
+"""The token-budget tuner: the study's ordering, bounds, crossing SLOs and its properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.llmservice import BatchingProfile
+from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
+from tokenpilot.core.capacity import BLOCK_SIZE
+from tokenpilot.core.errors import Infeasible, InvalidSpec
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.tuner import (
+    ServiceLevel,
+    WorkloadHints,
+    recommend,
+    vllm_default_token_budget,
+)
+
+CATALOG = load_builtin_catalog()
+LLAMA_8B = model_preset("llama-3.1-8b")
+SLO = ServiceLevel(itl_p99_s=0.05, ttft_p99_s=2.0)
+HINTS = WorkloadHints(prompt_p99_tokens=4096)
+
+
+def test_budgets_follow_the_study_h100_over_l40s_over_rtx_6000():
+    recs = [recommend(CATALOG.get(g), LLAMA_8B, SLO, HINTS) for g in ("H100", "L40S", "RTX-6000")]
+    budgets = [r.token_budget for r in recs]
+    assert budgets == sorted(budgets, reverse=True) and len(set(budgets)) == 3
+    for rec in recs:
+        assert rec.feasible and rec.measured
+        assert rec.predicted_itl_p99_s <= SLO.itl_p99_s  # type: ignore[operator]
+        assert any(b.startswith("token_budget") for b in rec.binding)
+        assert any(b.startswith("max_num_seqs") for b in rec.binding)
+    # On the H100 the measured threshold is what caps the budget.
+    assert "threshold of 8,192 tokens" in recs[0].binding[-1]
+
+
+def test_rtx_6000_beats_vllms_default_on_itl():
+    rec = recommend(CATALOG.get("RTX-6000"), LLAMA_8B, SLO, HINTS)
+    assert rec.vllm_default_budget == 2048
+    assert rec.predicted_itl_p99_s < SLO.itl_p99_s < rec.predicted_itl_p99_s_at_default  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "budget"),
+    [
+        ("H100-80GB", 8192),
+        ("H200", 8192),
+        ("A100-80GB", 2048),
+        ("A100-40GB", 2048),
+        ("L40S", 2048),
+        ("L4", 2048),
+        ("RTX-5090", 2048),
+    ],
+)
+def test_vllm_default_budget(gpu: str, budget: int) -> None:
+    assert vllm_default_token_budget(CATALOG.get(gpu)) == budget
+
+
+def test_crossing_slos_say_which_bound_and_what_to_change():
+    slo = ServiceLevel(itl_p99_s=0.04, ttft_p99_s=0.1)
+    hints = WorkloadHints(prompt_p99_tokens=8192, max_model_len=16384)
+    rec = recommend(CATALOG.get("L40S"), LLAMA_8B, slo, hints)
+    assert not rec.feasible
+    assert rec.lower_bound_tokens > rec.upper_bound_tokens == rec.token_budget
+    assert f"ITL 40 ms needs B <= {rec.upper_bound_tokens:,} on L40S" in rec.message
+    assert f"TTFT 100 ms at 8K-token prompts needs B >= {rec.lower_bound_tokens:,}" in rec.message
+    assert "choose a faster SKU, relax an SLO, or split prefill and decode" in rec.message
+    with pytest.raises(Infeasible, match="needs B >="):
+        recommend(CATALOG.get("L40S"), LLAMA_8B, ServiceLevel(0.04, 0.1, strict=True), hints)
+
+
+def test_itl_that_one_sequence_cannot_meet():
+    rec = recommend(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS)
+    assert not rec.feasible and rec.max_num_seqs == 1
+    assert "even one sequence" in rec.message
+
+
+def test_profiles_order_interactive_balanced_throughput():
+    budgets = [
+        recommend(
+            CATALOG.get("RTX-5090"),
+            LLAMA_8B,
+            SLO,
+            WorkloadHints(prompt_p99_tokens=4096, objective=p),
+        ).token_budget
+        for p in (BatchingProfile.interactive, BatchingProfile.balanced, BatchingProfile.throughput)
+    ]
+    assert budgets == sorted(budgets) and budgets[0] < budgets[2]
+
+
+def test_without_slos_the_threshold_caps_and_nothing_crosses():
+    rec = recommend(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(None, None), WorkloadHints())
+    assert rec.feasible and rec.token_budget == 8192
+
+
+@pytest.mark.parametrize(
+    ("slo", "hints", "match"),
+    [
+        (ServiceLevel(0.0, 1.0), HINTS, "itlP99 must be positive"),
+        (ServiceLevel(0.05, -1.0), HINTS, "ttftP99 must be positive"),
+        (SLO, WorkloadHints(prompt_p99_tokens=9000), "promptP99 9000 tokens .* maxModelLen"),
+        (SLO, WorkloadHints(max_num_seqs=0), "maxNumSeqs must be at least 1"),
+    ],
+)
+def test_bad_input(slo: ServiceLevel, hints: WorkloadHints, match: str) -> None:
+    with pytest.raises(InvalidSpec, match=match):
+        recommend(CATALOG.get("H100"), LLAMA_8B, slo, hints)
+
+
+slos = st.tuples(
+    st.floats(0.01, 0.3),  # ITL P99, s
+    st.floats(0.05, 10.0),  # TTFT P99, s
+)
+hint_values = st.builds(
+    WorkloadHints,
+    prompt_p99_tokens=st.one_of(st.none(), st.integers(1, 8192)),
+    max_model_len=st.just(8192),
+    max_num_seqs=st.one_of(st.none(), st.integers(1, 512)),
+    objective=st.sampled_from(list(BatchingProfile)),
+)
+small_models = st.sampled_from([m for m in sorted(MODEL_PRESETS) if m != "llama-3.1-70b"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpu=st.sampled_from(CATALOG.names),
+    model=small_models,
+    slo=slos,
+    tighter=st.floats(0.3, 1.0),
+    hints=hint_values,
+)
+def test_tighter_itl_never_gives_a_larger_budget(
+    gpu: str, model: str, slo: tuple[float, float], tighter: float, hints: WorkloadHints
+) -> None:
+    itl, ttft = slo
+    profile, shape = CATALOG.get(gpu), model_preset(model)
+    loose = recommend(profile, shape, ServiceLevel(itl, ttft), hints)
+    tight = recommend(profile, shape, ServiceLevel(itl * tighter, ttft), hints)
+    assert tight.token_budget <= loose.token_budget
+
+
+def _faster(profile: GPUProfile, factor: float) -> GPUProfile:
+    # Datasheet-only, so the figures and not the measurements price it.
+    return profile.model_copy(
+        update={
+            "measured": None,
+            "hbm_bandwidth_gbps": profile.hbm_bandwidth_gbps * factor,
+            "bf16_dense_tflops": profile.bf16_dense_tflops * factor,
+        }
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpu=st.sampled_from(CATALOG.names),
+    model=small_models,
+    slo=slos,
+    factor=st.floats(1.0, 8.0),
+    hints=hint_values,
+)
+def test_a_faster_sku_never_gives_a_smaller_budget(
+    gpu: str, model: str, slo: tuple[float, float], factor: float, hints: WorkloadHints
+) -> None:
+    base = _faster(CATALOG.get(gpu), 1.0)
+    shape, level = model_preset(model), ServiceLevel(*slo)
+    slow = recommend(base, shape, level, hints)
+    fast = recommend(_faster(base, factor), shape, level, hints)
+    assert fast.token_budget >= slow.token_budget
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.sampled_from(CATALOG.names), model=small_models, slo=slos, hints=hint_values)
+def test_budget_is_a_block_multiple_within_vllms_limits(
+    gpu: str, model: str, slo: tuple[float, float], hints: WorkloadHints
+) -> None:
+    rec = recommend(CATALOG.get(gpu), model_preset(model), ServiceLevel(*slo), hints)
+    assert rec.token_budget % BLOCK_SIZE == 0
+    assert rec.max_num_seqs <= rec.token_budget <= hints.max_model_len * rec.max_num_seqs
+    assert rec.max_num_seqs <= rec.capacity.max_concurrency
+    if hints.max_num_seqs is not None:
+        assert rec.max_num_seqs <= hints.max_num_seqs
+    assert rec.binding
