@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tokenpilot.tooling.devcluster import build, cluster, paths
+from tokenpilot.tooling.devcluster import build, cluster, paths, state
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 
 
@@ -112,7 +112,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _env(args: argparse.Namespace) -> int:
-    st = cluster.state.load(_state_dir(args))
+    st = state.load(_state_dir(args))
     print(f"export KUBECONFIG={shlex.quote(st.kubeconfig)}")
     return 0
 

@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from tokenpilot.tooling.devcluster import kube
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 from tokenpilot.tooling.podrunner import imagemap
 from tokenpilot.tooling.podrunner.runner import PodRunner, install_signal_handlers
@@ -35,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
     except DevClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    from kubernetes import client, config
+    from kubernetes import client
 
-    api = client.CoreV1Api(config.new_client_from_config(config_file=str(args.kubeconfig)))
+    api = client.CoreV1Api(kube.api_client(args.kubeconfig))
     runner = PodRunner(api, images, args.work_dir, children_file=args.children_file)
     install_signal_handlers(runner)
     runner.run(ready_file=args.ready_file)

@@ -25,6 +25,7 @@ import httpx
 from tokenpilot.tooling.devcluster import (
     build,
     certs,
+    kube,
     kubeconfig,
     kwokconfig,
     nodepools,
@@ -305,9 +306,9 @@ def _start(
 
 
 def _core_api(kubeconfig_path: Path) -> Any:
-    from kubernetes import client, config
+    from kubernetes import client
 
-    return client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig_path)))
+    return client.CoreV1Api(kube.api_client(kubeconfig_path))
 
 
 def _register_nodes(

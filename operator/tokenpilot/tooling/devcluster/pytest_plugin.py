@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tokenpilot.tooling.devcluster import cluster, paths, state
+from tokenpilot.tooling.devcluster import cluster, kube, paths, state
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 
 T = TypeVar("T")
@@ -45,9 +45,7 @@ class DevCluster:
     owned: bool  # True when this session started it and will stop it
 
     def api_client(self) -> Any:
-        from kubernetes import config
-
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        return kube.api_client(self.kubeconfig)
 
 
 def eventually(
@@ -149,12 +147,17 @@ def namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
 
     core = client.CoreV1Api(k8s_api)
     name = _namespace_name(request.node.name)
-    core.create_namespace({"metadata": {"name": name, "labels": {"tokenpilot.dev/test": "1"}}})
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels={"tokenpilot.dev/test": "1"})
+        )
+    )
 
     # Pod creation is refused until the controller-manager has made the default service
     # account, as on any real cluster; wait for it so tests do not race it.
     def has_default_sa() -> bool:
-        names = [sa.metadata.name for sa in core.list_namespaced_service_account(name).items]
+        accounts = core.list_namespaced_service_account(name).items
+        names = [sa.metadata.name for sa in accounts if sa.metadata is not None]
         return "default" in names
 
     eventually(has_default_sa, timeout_s=30, what=f"service account default in {name}")

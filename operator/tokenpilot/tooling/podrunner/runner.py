@@ -163,7 +163,7 @@ class PodRunner:
             try:
                 if not resource_version:
                     resource_version = self._relist()
-                stream = watch.Watch().stream(
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self.api.list_pod_for_all_namespaces,
                     field_selector="spec.nodeName!=",
                     resource_version=resource_version,

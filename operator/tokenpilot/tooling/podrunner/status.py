@@ -58,12 +58,10 @@ def _condition(
 ) -> dict[str, Any]:
     ok = not unready
     status = "True" if ok else "False"
-    flipped = current is None or current.get("status") != status
-    condition: dict[str, Any] = {
-        "type": type_,
-        "status": status,
-        "lastTransitionTime": now if flipped else current.get("lastTransitionTime", now),
-    }
+    kept = (
+        current.get("lastTransitionTime") if current and current.get("status") == status else None
+    )
+    condition: dict[str, Any] = {"type": type_, "status": status, "lastTransitionTime": kept or now}
     if ok:
         # Explicit nulls clear the reason left from when the pod was not ready.
         condition["reason"] = None
