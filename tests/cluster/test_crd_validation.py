@@ -1,0 +1,100 @@
+"""The API server itself refuses bad LLMServices, naming the field; good ones get defaults."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _operator_harness import client_for, create, install_crd, sample
+
+from tokenpilot.adapters.kube import KubeClient, KubeError
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def client(kubeconfig: Path) -> KubeClient:
+    kube = client_for(kubeconfig)
+    install_crd(kube)
+    return kube
+
+
+def _set(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    target = out["spec"]
+    *parents, leaf = path.split(".")
+    for key in parents:
+        target = target.setdefault(key, {})
+    if value is None:
+        target.pop(leaf, None)
+    else:
+        target[leaf] = value
+    return out
+
+
+INVALID = [
+    ("autoscaling.minReplicas", 9, "minReplicas must be <= maxReplicas"),
+    ("batching.maxNumBatchedTokens", "lots", "maxNumBatchedTokens must be an integer"),
+    ("batching.maxNumSeqs", 0, "maxNumSeqs must be an integer >= 1"),
+    ("batching.maxNumSeqs", 4096, "maxNumBatchedTokens must be >= maxNumSeqs"),
+    ("batching.profile", "fastest", "spec.batching.profile"),
+    ("engine.tensorParallelSize", 3, "tensorParallelSize must be 1, 2, 4 or 8"),
+    ("engine.gpuMemoryUtilization", 1.5, "spec.engine.gpuMemoryUtilization"),
+    ("accelerator.gpusPerReplica", 16, "spec.accelerator.gpusPerReplica"),
+    ("slo.itlP99", "50 millis", "spec.slo.itlP99"),
+    ("model.source", "ftp://weights", "spec.model.source"),
+    ("model.shape", {"preset": "llama-3.1-8b", "numLayers": 3}, "give either shape.preset"),
+    ("model.shape", {"preset": "gpt-9"}, "spec.model.shape.preset"),
+    ("autoscaling.metrics", {"type": "prometheus"}, "prometheusUrl is required"),
+    ("replicas", -1, "spec.replicas"),
+    ("model.name", None, "spec.model.name"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"), INVALID, ids=[f"{p}={v}" for p, v, _ in INVALID]
+)
+def test_api_server_rejects_with_the_field(
+    client: KubeClient, namespace: str, path: str, value: Any, needle: str
+) -> None:
+    body = _set(sample("llama-3.1-8b-l40s.yaml", namespace), path, value)
+    with pytest.raises(KubeError) as err:
+        create(client, body)
+    assert err.value.status == 422
+    assert needle in err.value.message, err.value.message
+
+
+def test_chunked_prefill_off_needs_a_budget_of_a_whole_prompt(
+    client: KubeClient, namespace: str
+) -> None:
+    body = sample("llama-3.1-8b-l40s.yaml", namespace)
+    body["spec"]["batching"] = {"chunkedPrefill": False, "maxNumBatchedTokens": 2048}
+    with pytest.raises(KubeError, match="maxModelLen"):
+        create(client, body)
+
+
+def test_defaults_filled_by_the_api_server(client: KubeClient, namespace: str) -> None:
+    body = sample("llama-3.1-8b-l40s.yaml", namespace)
+    body["spec"] = {"model": body["spec"]["model"]}
+    stored = create(client, body)["spec"]
+    assert stored["accelerator"]["sku"] == "auto"
+    assert stored["batching"]["maxNumBatchedTokens"] == "auto"
+    assert stored["autoscaling"]["metrics"]["type"] == "direct"
+    assert stored["engine"]["tensorParallelSize"] == 1
+    assert stored["replicas"] == 1
+
+
+def test_kubectl_short_name_and_columns(
+    client: KubeClient, kubeconfig: Path, namespace: str
+) -> None:
+    create(client, sample("llama-3.1-8b-l40s.yaml", namespace))
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "llms", "-n", namespace],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    header = out.splitlines()[0].split()
+    for column in ("MODEL", "SKU", "REPLICAS", "READY", "BUDGET", "ITL-P99", "AGE"):
+        assert column in header
