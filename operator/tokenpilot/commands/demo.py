@@ -98,7 +98,9 @@ def _show_workload(kubeconfig: str, replicas: int) -> None:
     from kubernetes import client
 
     api = kube.api_client(kubeconfig)
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    # The client models mark every field optional; the demo reads what it just created.
+    core: Any = client.CoreV1Api(api)
+    apps: Any = client.AppsV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     _wait(
         lambda: any(
