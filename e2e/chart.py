@@ -1,0 +1,69 @@
+"""Helpers for the chart's e2e tests: the pinned helm binary and kubectl, both pointed at the
+test cluster's kubeconfig, each call bounded by a timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tokenpilot.tooling.devcluster import paths
+from tokenpilot.tooling.devcluster.versions import HELM_VERSION
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "helm" / "tokenpilot"
+VALUES = sorted((REPO / "e2e" / "values").glob("*.yaml"))
+MONITORING_CRDS = REPO / "e2e" / "crds"
+
+
+def binary(name: str) -> str:
+    if name == "helm":
+        cached = paths.bin_root() / f"helm-{HELM_VERSION}" / "helm"
+        if cached.is_file():
+            return str(cached)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} not found: run `make tools`")
+    return found
+
+
+def run(
+    tool: str, *args: str, kubeconfig: Path, stdin: str | None = None, timeout_s: float = 180
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run(
+        [binary(tool), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def must(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"{' '.join(result.args)}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def install_monitoring_crds(kubeconfig: Path) -> None:
+    """The project's stand-ins for prometheus-operator's CRDs, applied and established."""
+    must(
+        run("kubectl", "apply", "--server-side", "-f", str(MONITORING_CRDS), kubeconfig=kubeconfig)
+    )
+    must(
+        run(
+            "kubectl",
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "-f",
+            str(MONITORING_CRDS),
+            kubeconfig=kubeconfig,
+        )
+    )
