@@ -232,3 +232,30 @@ def test_unmapped_images_stay_kwok_fakes(k8s_api: Any, namespace: str, image: st
         what="fake pod Ready",
     )
     assert pod.status.phase == "Running"
+
+
+def test_vllm_image_runs_the_engine_simulator_with_its_args(k8s_api: Any, namespace: str) -> None:
+    """A Deployment rendered for a real cluster (vLLM image, vLLM args) runs here unchanged."""
+    apps = client.AppsV1Api(k8s_api)
+    core = client.CoreV1Api(k8s_api)
+    container = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.10.1",
+        "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "16"],
+        "ports": [{"name": "http", "containerPort": 8000}],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1},
+    }
+    deployment = _deployment("engine", product="NVIDIA-H100-80GB-HBM3", gpus=1, replicas=1)
+    deployment["spec"]["template"]["spec"]["containers"] = [container]
+    apps.create_namespaced_deployment(namespace, deployment)
+
+    def ready_pod() -> Any:
+        pods = _pods(core, namespace, "app=engine")
+        return pods[0] if len(pods) == 1 and _ready(pods[0]) else None
+
+    pod = eventually(ready_pod, timeout_s=60, what="the engine pod Ready")
+    assert pod.spec.node_name.startswith("h100-")
+    models = httpx.get(f"http://{pod.status.pod_ip}:8000/v1/models", timeout=5, trust_env=False)
+    assert models.status_code == 200
+    assert "meta-llama/Llama-3.1-8B-Instruct" in models.text
