@@ -20,6 +20,8 @@ fix (`make tools`); it never skips.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import secrets
@@ -31,7 +33,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tokenpilot.tooling.devcluster import cluster, kube, paths, state
+from tokenpilot.tooling.devcluster import cluster, kube, paths, procs, state
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 
 T = TypeVar("T")
@@ -99,6 +101,28 @@ def _start_or_reuse(name: str) -> DevCluster:
     return DevCluster(Path(st.kubeconfig), state_dir, st.pod_cidr, owned=False)
 
 
+SESSION_PREFIX = "pytest-"
+OWNER_FILE = "pytest-owner.json"
+
+
+def _record_owner(state_dir: Path) -> None:
+    me = procs.ProcessRef("pytest", os.getpid(), procs.start_ticks(os.getpid()) or 0, "")
+    (state_dir / OWNER_FILE).write_text(json.dumps(me.to_json()))
+
+
+def _sweep_orphans() -> None:
+    """Take down session clusters whose pytest process is gone (killed before its teardown)."""
+    root = paths.default_state_dir(SESSION_PREFIX).parent
+    for state_dir in root.glob(f"{SESSION_PREFIX}*"):
+        try:
+            owner = procs.ProcessRef.from_json(json.loads((state_dir / OWNER_FILE).read_text()))
+        except (OSError, ValueError, KeyError):
+            continue  # still starting, or not a session cluster
+        if not procs.is_alive(owner):
+            with contextlib.suppress(DevClusterError):
+                cluster.down(state_dir)
+
+
 @pytest.fixture(scope="session")
 def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     given = os.environ.get("TOKENPILOT_KUBECONFIG")
@@ -112,9 +136,11 @@ def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
         if request.config.getoption("--reuse-dev-cluster"):
             yield _start_or_reuse(request.config.getoption("--dev-cluster-name"))
             return
-        name = f"pytest-{os.getpid()}"
+        _sweep_orphans()
+        name = f"{SESSION_PREFIX}{os.getpid()}"
         state_dir = paths.default_state_dir(name)
         st = cluster.up(cluster.UpOptions(name=name, state_dir=state_dir))
+        _record_owner(state_dir)
     except DevClusterError as exc:
         pytest.fail(f"dev cluster: {exc}", pytrace=False)
     try:
