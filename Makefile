@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip "setuptools>=77" wheel
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
