@@ -101,10 +101,12 @@ def test_a_malformed_trace_file_names_its_line(
     assert "t.csv, line 2: GeneratedTokens is negative" in err
 
 
-def test_tokenpilot_without_a_budget_or_tuner_says_what_to_do(
+def test_tokenpilot_takes_the_tuners_budget_unless_given_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = [a for a in ARGS if a not in ("--budget", "2048")]
-    code, _, err = run(capsys, [*argv, "--policy", "tokenpilot"])
-    assert code == 2
-    assert "--budget" in err
+    code, out, _ = run(capsys, [*argv, "--policy", "tokenpilot"])
+    assert code == 0
+    assert "(from the tuner)" in out
+    _, given, _ = run(capsys, [*ARGS, "--policy", "tokenpilot"])
+    assert "2048 (from --budget)" in given

@@ -22,16 +22,20 @@ from rich.table import Table
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.adapters.traces import mapping_from_spec, read_trace
-from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
+from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
+from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.fleet import DEFAULT_COLD_START_S, FleetConfig, FleetResult
 from tokenpilot.core.fleet.compare import contenders, parse_policies, run_contenders
 from tokenpilot.core.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
 from tokenpilot.core.fleet.engines import engine_config
+from tokenpilot.core.fleet.results import nearest_rank
 from tokenpilot.core.fleet.sizing import Sizing
+from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render_plan import vllm_default_batching
 from tokenpilot.core.sim import InvalidEngineConfig
 from tokenpilot.core.steptime import step_time_model
+from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend, vllm_default_token_budget
 from tokenpilot.core.workload import (
     Trace,
     TraceError,
@@ -42,6 +46,10 @@ from tokenpilot.core.workload import (
     window,
 )
 
+# The Llama 3.1 family's context; vLLM's default max_model_len when the KV cache can hold it.
+DEFAULT_MAX_MODEL_LEN = 131_072
+# vLLM's default --gpu-memory-utilization.
+GPU_MEMORY_UTILIZATION = 0.9
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
 TABLE_WIDTH = 132
 
@@ -75,6 +83,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--budget",
         type=int,
         help="token budget for the tokenpilot policy instead of the tuner's recommendation",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=DEFAULT_MAX_MODEL_LEN,
+        help="engine --max-model-len; longer requests are rejected and counted",
     )
     parser.add_argument(
         "--target-running",
@@ -168,36 +182,52 @@ def parse_slo(text: str) -> tuple[float, float]:
     return values["ttft"], values["itl"]
 
 
-def _tuned_budget(args: argparse.Namespace) -> int:
-    if args.budget is not None:
-        return int(args.budget)
-    raise TokenPilotError(
-        "the tokenpilot policy needs the SLO tuner's token budget, which is not wired into "
-        "simulate yet; pass --budget N to run it with a given token budget"
+def _tuned(
+    args: argparse.Namespace,
+    trace: Trace,
+    profile: GPUProfile,
+    shape: ModelShape,
+    slo: ServiceLevel,
+) -> tuple[int, int, str]:
+    """The tokenpilot policy's (token budget, max_num_seqs) and where they came from."""
+    prompts = sorted(r.num_prompt_tokens for r in trace.requests)
+    contexts = [r.num_prompt_tokens + r.num_output_tokens for r in trace.requests]
+    hints = WorkloadHints(
+        prompt_p99_tokens=min(args.max_model_len, nearest_rank(prompts, 0.99)) if prompts else None,
+        expected_context_tokens=(
+            min(args.max_model_len, max(1, round(sum(contexts) / len(contexts))))
+            if contexts
+            else None
+        ),
+        max_model_len=args.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
+    recommendation = recommend(profile, shape, slo, hints)
+    if args.budget is not None:
+        return int(args.budget), recommendation.max_num_seqs, "--budget"
+    return recommendation.token_budget, recommendation.max_num_seqs, "the tuner"
 
 
 def _simulate(
     args: argparse.Namespace, trace: Trace, err: Console
-) -> tuple[list[FleetResult], Sizing | None, dict[str, int]]:
+) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
     ttft_slo_s, itl_slo_s = parse_slo(args.slo)
     names = parse_policies(args.policy)
     profile = load_builtin_catalog().get(args.gpu)
     shape = model_preset(args.model)
     tp = args.tensor_parallel_size
     timer = step_time_model(profile, shape, tp)
-    default_budget, default_seqs = vllm_default_batching(profile)
-    needs_tuned = "tokenpilot" in names
-    tuned_budget = _tuned_budget(args) if needs_tuned else default_budget
-
-    def engines(budget: int):  # type: ignore[no-untyped-def]
-        return engine_config(
-            memory_gib=profile.memory_gib,
-            shape=shape,
-            tensor_parallel_size=tp,
-            max_num_batched_tokens=budget,
-            max_num_seqs=default_seqs,
-        )
+    capacity = plan_capacity(profile, shape, tp, GPU_MEMORY_UTILIZATION, args.max_model_len)
+    default_budget = vllm_default_token_budget(profile)
+    _, default_seqs = vllm_default_batching(profile)
+    slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
+    tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
+    tuned_engine = engine_config(
+        capacity, max_num_batched_tokens=tuned_budget, max_num_seqs=tuned_seqs
+    )
+    default_engine = engine_config(
+        capacity, max_num_batched_tokens=default_budget, max_num_seqs=default_seqs
+    )
 
     fleet = FleetConfig(
         min_replicas=args.min_replicas,
@@ -216,10 +246,11 @@ def _simulate(
         names,
         trace,
         fleet,
-        tuned_engine=engines(tuned_budget),
-        default_engine=engines(default_budget),
+        tuned_engine=tuned_engine,
+        default_engine=default_engine,
         timer=timer,
         target_running_per_replica=args.target_running,
+        model=args.model,
     )
     show = sys.stderr.isatty() and not args.json
     with Progress(
@@ -235,7 +266,10 @@ def _simulate(
         results = run_contenders(
             trace, entries, timer, lambda name, done: bar.update(tasks[name], completed=done)
         )
-    budgets = {"tuned": tuned_budget, "default": default_budget}
+    budgets = {
+        "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
+        "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
+    }
     return results, sizing, budgets
 
 
@@ -269,12 +303,16 @@ def render_table(
     trace: Trace,
     results: Sequence[FleetResult],
     sizing: Sizing | None,
-    budgets: dict[str, int],
+    budgets: dict[str, str],
 ) -> str:
     console = Console(width=TABLE_WIDTH, record=True, file=io.StringIO(), color_system=None)
     console.print(
-        f"{trace.name}: {trace.num_requests} requests over {trace.duration_s:,.0f} s "
-        f"(token budget: tuned {budgets['tuned']}, vLLM default {budgets['default']})",
+        f"{trace.name}: {trace.num_requests} requests over {trace.duration_s:,.0f} s",
+        highlight=False,
+    )
+    console.print(
+        f"  token budget: tokenpilot {budgets['tuned']}; others vLLM's default "
+        f"{budgets['default']}",
         highlight=False,
     )
     for note in trace.notes:

@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from tokenpilot.api.llmservice import LLMServiceSpec
 from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.fleet.config import FleetConfig
 from tokenpilot.core.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy, StaticPolicy
@@ -48,6 +50,32 @@ def parse_policies(text: str) -> tuple[str, ...]:
     return names
 
 
+def operator_autoscaling(fleet: FleetConfig, model: str) -> tuple[AutoscalePolicy, float]:
+    """The policy and interval the operator would derive for an LLMService with these bounds
+    and SLOs (everything else at the API's defaults), through the operator's own functions."""
+    spec = LLMServiceSpec.model_validate(
+        {
+            "model": {
+                "name": model,
+                "source": f"file:///models/{model}",
+                "shape": {"preset": model},
+            },
+            "slo": {"ttftP99": _ms(fleet.ttft_slo_s), "itlP99": _ms(fleet.itl_slo_s)},
+            "autoscaling": {
+                "enabled": True,
+                "minReplicas": fleet.min_replicas,
+                "maxReplicas": fleet.max_replicas,
+            },
+        }
+    )
+    return policy_from_spec(spec), evaluation_interval_s(spec)
+
+
+def _ms(seconds: float) -> str:
+    """A duration as the API writes it (`[0-9]+(.[0-9]+)?ms`)."""
+    return f"{seconds * 1000:.3f}".rstrip("0").rstrip(".") + "ms"
+
+
 def contenders(
     names: Sequence[str],
     trace: Trace,
@@ -58,6 +86,7 @@ def contenders(
     timer: StepTimer,
     sizing: Sizing | None = None,
     target_running_per_replica: float | None = None,
+    model: str = "llama-3.1-8b",
 ) -> tuple[list[Contender], Sizing | None]:
     """Build the named contenders; sizes the static fleet (and the HPA/KPA target) if needed."""
     needs_sizing = any(n in ("static-peak", "hpa", "aibrix-kpa") for n in names)
@@ -65,21 +94,25 @@ def contenders(
         sizing = size_for_peak(trace, fleet, default_engine, timer)
     target = target_running_per_replica or (sizing.target_running_per_replica if sizing else 1.0)
     lo, hi = fleet.min_replicas, fleet.max_replicas
-    autoscale = AutoscalePolicy(
-        min_replicas=lo,
-        max_replicas=hi,
-        itl_p99_slo_s=fleet.itl_slo_s,
-        ttft_p99_slo_s=fleet.ttft_slo_s,
-    )
+    autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
     for name in names:
         if name == "tokenpilot":
-            out.append(Contender(name, lambda: TokenPilotPolicy(autoscale), tuned_engine, fleet))
+            out.append(
+                Contender(
+                    name,
+                    lambda: TokenPilotPolicy(autoscale, interval_s=interval_s),
+                    tuned_engine,
+                    fleet,
+                )
+            )
         elif name == "vllm-default-budget":
             out.append(
                 Contender(
                     name,
-                    lambda: TokenPilotPolicy(autoscale, name="vllm-default-budget"),
+                    lambda: TokenPilotPolicy(
+                        autoscale, name="vllm-default-budget", interval_s=interval_s
+                    ),
                     default_engine,
                     fleet,
                 )
