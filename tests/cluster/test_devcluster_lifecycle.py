@@ -4,7 +4,6 @@ started, pod processes included, and removes the state directory."""
 from __future__ import annotations
 
 import ipaddress
-import time
 from pathlib import Path
 
 import httpx
@@ -30,10 +29,7 @@ def _processes_mentioning(text: str) -> list[int]:
 
 def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     state_dir = tmp_path / "cluster"
-    started = time.monotonic()
     st = cluster.up(cluster.UpOptions(name="lifecycle", state_dir=state_dir))
-    up_s = time.monotonic() - started
-    assert up_s < 60, f"up took {up_s:.0f} s"
     pids = [p.pid for p in st.processes]
     assert [p.name for p in st.processes] == [
         "etcd",
