@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from operator_stand_in import OperatorService, serve_operator_metrics
+from operator_view import OperatorService, serve_operator_metrics
 
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.files import RULES_PATH, generated_files

@@ -41,9 +41,18 @@ def vllm_series_names() -> set[str]:
 
 
 def operator_series_names() -> set[str]:
-    from tokenpilot.adapters import operator_metrics
+    """Sample names the operator's exporter writes, read from its real registry."""
+    from tokenpilot.adapters.operator_metrics import OperatorMetrics
 
-    return set(operator_metrics.series_names())
+    names: set[str] = set()
+    for family in OperatorMetrics().registry.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names |= {family.name + suffix for suffix in ("_bucket", "_count", "_sum")}
+        else:
+            names.add(family.name)
+    return names
 
 
 def recorded_names() -> set[str]:
