@@ -33,6 +33,7 @@ class Resource:
 
 RESOURCES: dict[tuple[str, str], Resource] = {
     ("apps/v1", "Deployment"): Resource("apps/v1", "deployments"),
+    ("apps/v1", "ReplicaSet"): Resource("apps/v1", "replicasets"),
     ("v1", "Service"): Resource("v1", "services"),
     ("v1", "Event"): Resource("v1", "events"),
     ("v1", "Node"): Resource("v1", "nodes", namespaced=False),
