@@ -69,6 +69,13 @@ def _pods(core: client.CoreV1Api, namespace: str, selector: str = "") -> list[An
     return list(core.list_namespaced_pod(namespace, label_selector=selector).items)
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
+    except httpx.TransportError:
+        return False  # not listening yet
+
+
 def _ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
@@ -181,10 +188,7 @@ def test_mapped_image_runs_locally_and_readiness_follows_its_probe(
     assert ipaddress.ip_address(bad.status.pod_ip) in LOOPBACK
     # The server answers on the pod IP, but not on the probe path: never Ready.
     eventually(
-        lambda: (
-            httpx.get(f"http://{bad.status.pod_ip}:8080/", timeout=2, trust_env=False).status_code
-            == 200
-        ),
+        lambda: _answers(f"http://{bad.status.pod_ip}:8080/"),
         timeout_s=15,
         what="bad-probe's server to answer on /",
     )

@@ -27,6 +27,13 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
+    except httpx.TransportError:
+        return False  # not listening yet
+
+
 def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     state_dir = tmp_path / "cluster"
     st = cluster.up(cluster.UpOptions(name="lifecycle", state_dir=state_dir))
@@ -65,11 +72,7 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     )
     ip = pod.status.pod_ip
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(st.pod_cidr)
-    eventually(
-        lambda: httpx.get(f"http://{ip}:8080/", timeout=1, trust_env=False).status_code == 200,
-        timeout_s=30,
-        what="the pod's local server",
-    )
+    eventually(lambda: _answers(f"http://{ip}:8080/"), timeout_s=30, what="the pod's server")
     children = cluster.runner_children(state_dir)
     assert len(children) == 1
 
