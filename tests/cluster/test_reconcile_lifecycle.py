@@ -186,7 +186,7 @@ def test_scale_subresource_drives_the_deployment(
         ({"accelerator": {"sku": "A100-80GB"}}, "no node can host accelerator.sku A100-80GB"),
         (
             {"accelerator": {"sku": "L40S"}, "model": {"shape": {"preset": "llama-3.1-70b"}}},
-            "set engine.tensorParallelSize to 4",
+            "set tensorParallelSize to 4",
         ),
         ({"engine": {"extraArgs": ["--max-num-seqs=4"]}}, "extraArgs sets --max-num-seqs"),
     ],

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.errors import UnknownGPU
 from tokenpilot.core.sku import GPU_PRODUCT_LABEL, NodeFacts
 
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    gpu_product_labels: tuple[str, ...]
-    memory_gib: float
-
-
-GPUS = {
-    "H100-80GB": Gpu("H100-80GB", ("NVIDIA-H100-80GB-HBM3",), 80.0),
-    "L40S": Gpu("L40S", ("NVIDIA-L40S",), 48.0),
-    "A100-40GB": Gpu("A100-40GB", ("NVIDIA-A100-SXM4-40GB",), 40.0),
-    "L4": Gpu("L4", ("NVIDIA-L4",), 24.0),
-}
-
-
-def by_name(name: str) -> Gpu:
-    try:
-        return GPUS[name]
-    except KeyError:
-        raise UnknownGPU(f"unknown GPU {name!r}; known: {', '.join(sorted(GPUS))}") from None
-
-
-def by_product(label: str) -> Gpu:
-    for gpu in GPUS.values():
-        if label in gpu.gpu_product_labels:
-            return gpu
-    raise UnknownGPU(f"no profile for product {label!r}")
+# The GPU profiles that ship with TokenPilot (policies/gpus), as the operator loads them.
+CATALOG = load_builtin_catalog()
+by_name = CATALOG.get
+by_product = CATALOG.by_product_label
 
 
 def node(name: str, product: str | None, gpus: int, **labels: str) -> NodeFacts:

@@ -11,6 +11,7 @@ from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION
 from tokenpilot.core.render_plan import Plan, plan
+from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend
 
 
 def planned(svc: LLMService, monitor: bool = False) -> Plan:
@@ -38,19 +39,27 @@ def test_kinds_and_service_monitor_only_when_served() -> None:
     assert kinds[-1] == "ServiceMonitor"
 
 
-@pytest.mark.parametrize(
-    ("sku", "budget", "seqs", "source"),
-    [
-        ("H100-80GB", 8192, 1024, "vllm-default"),
-        ("L40S", 2048, 256, "vllm-default"),
-    ],
-)
-def test_auto_budget_follows_vllm_defaults(sku: str, budget: int, seqs: int, source: str) -> None:
-    p = planned(service(accelerator={"sku": sku}))
+@pytest.mark.parametrize("sku", ["H100-80GB", "L40S"])
+def test_auto_budget_comes_from_the_tuner(sku: str) -> None:
+    svc = service(accelerator={"sku": sku}, slo={"itlP99": "50ms", "ttftP99": "2s"})
+    p = planned(svc)
     args = p.manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert flag(args, "--max-num-batched-tokens") == str(budget)
-    assert flag(args, "--max-num-seqs") == str(seqs)
-    assert p.facts.tuning.source == source
+    rec = recommend(
+        by_name(sku),
+        svc.spec.model.shape.resolve(),
+        ServiceLevel(itl_p99_s=0.05, ttft_p99_s=2.0),
+        WorkloadHints(max_model_len=8192, objective=svc.spec.batching.profile),
+    )
+    assert flag(args, "--max-num-batched-tokens") == str(rec.token_budget)
+    assert flag(args, "--max-num-seqs") == str(rec.max_num_seqs)
+    assert p.facts.tuning.source == f"profile {sku} (measured)"
+    assert p.facts.tuning.reason.startswith("token_budget")
+
+
+def test_spec_integers_win_over_the_tuner() -> None:
+    p = planned(service(batching={"maxNumBatchedTokens": 1024, "maxNumSeqs": 16}))
+    assert (p.facts.tuning.token_budget, p.facts.tuning.max_num_seqs) == (1024, 16)
+    assert p.facts.tuning.source == "spec"
 
 
 def test_vllm_args_in_order_then_extra_args() -> None:

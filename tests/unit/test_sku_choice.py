@@ -60,13 +60,13 @@ def test_infeasible_names_the_fix(requested, gpus, selector, needle) -> None:  #
 
 
 def test_unknown_sku() -> None:
-    with pytest.raises(UnknownGPU, match="known: "):
+    with pytest.raises(UnknownGPU, match="known GPUs: "):
         choose("B200")
 
 
 def test_weights_do_not_fit_at_tp1() -> None:
     big = service(model__shape={"preset": "llama-3.1-70b"}, accelerator={"sku": "H100-80GB"})
-    with pytest.raises(Infeasible, match=r"set engine\.tensorParallelSize to 2"):
+    with pytest.raises(Infeasible, match="set tensorParallelSize to 2"):
         choose("H100-80GB", svc=big)
 
 

@@ -2,11 +2,10 @@
 model fits it, the token budget, and the manifests.
 
 The steps, each pure and each able to refuse with a domain error:
-  1. choose the SKU (`core.sku.choose_sku`), checking that the weights fit at the requested
-     tensor parallelism;
-  2. choose the batching settings: integers in the spec win; `auto` takes vLLM's own default for
-     the GPU (8192 tokens and 1024 sequences on GPUs with at least 70 GiB other than the A100,
-     else 2048 and 256), which the SLO tuner replaces once it is wired in;
+  1. choose the SKU (`core.sku.choose_sku`), checking with the capacity planner that the
+     weights and KV cache fit at the requested tensor parallelism;
+  2. choose the batching settings: integers in the spec win; `auto` asks the SLO tuner
+     (`core.tuner.recommend`) for the GPU's profile, the model's shape and the spec's SLOs;
   3. render.
 """
 
@@ -17,93 +16,92 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.capacity import plan_capacity
+from tokenpilot.core.durations import parse_duration_s
 from tokenpilot.core.errors import Infeasible
+from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import RenderFacts, Tuning, model_load_budget_s, render
-from tokenpilot.core.sku import GpuSku, NodeFacts, SkuChoice, choose_sku
+from tokenpilot.core.sku import NodeFacts, SkuChoice, choose_sku
+from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend
 
-GIB = 2**30
-# KV room for at least one sequence this long must remain next to the weights (vLLM refuses to
-# start otherwise); it is the max model length when the spec sets one.
-MIN_KV_TOKENS = 2048
+# vLLM takes the model's own context length when --max-model-len is absent; the operator does
+# not know it, so planning assumes this much (the tuner's default too).
+DEFAULT_MAX_MODEL_LEN = 8192
 
 
 @dataclass(frozen=True)
 class Plan:
     """The outcome of planning one service: what to apply and why."""
 
-    sku: SkuChoice
+    sku: SkuChoice[GPUProfile]
     facts: RenderFacts
     manifests: list[dict[str, Any]]
 
 
-def weights_fit(service: LLMService, sku: GpuSku) -> str | None:
-    """None when the weights and one sequence's KV fit the SKU's memory at the spec's tensor
-    parallelism, else why not and what to change."""
+def _max_model_len(service: LLMService) -> int:
+    return service.spec.engine.max_model_len or DEFAULT_MAX_MODEL_LEN
+
+
+def weights_fit(service: LLMService, profile: GPUProfile) -> str | None:
+    """None when the capacity planner fits the model on `profile` at the spec's tensor
+    parallelism, else its explanation (needed vs available GiB, and what to change)."""
+    engine = service.spec.engine
+    try:
+        plan_capacity(
+            profile,
+            service.spec.model.shape.resolve(),
+            engine.tensor_parallel_size,
+            engine.gpu_memory_utilization,
+            _max_model_len(service),
+        )
+    except Infeasible as exc:
+        return f"{service.spec.model.name} on {profile.name}: {exc}"
+    return None
+
+
+def choose_batching(service: LLMService, profile: GPUProfile) -> Tuning:
+    """The batching settings: the spec's integers win; `auto` takes the SLO tuner's answer."""
     spec = service.spec
-    shape = spec.model.shape.resolve()
-    tp = spec.engine.tensor_parallel_size
-    usable_gib = sku.memory_gib * spec.engine.gpu_memory_utilization
-    kv_tokens = spec.engine.max_model_len or MIN_KV_TOKENS
-    need_gib = (shape.weight_bytes + shape.kv_bytes_per_token * kv_tokens) / tp / GIB
-    if need_gib <= usable_gib:
-        return None
-    min_tp = next(
-        (
-            n
-            for n in (2, 4, 8)
-            if (shape.weight_bytes + shape.kv_bytes_per_token * kv_tokens) / n / GIB <= usable_gib
-        ),
-        None,
-    )
-    fix = (
-        f"set engine.tensorParallelSize to {min_tp} or more"
-        if min_tp is not None
-        else "choose a larger GPU or a quantised dtype"
-    )
-    return (
-        f"{spec.model.name} needs {need_gib:.1f} GiB per GPU (weights plus KV for {kv_tokens} "
-        f"tokens) at tensorParallelSize {tp}, but {sku.name} offers {usable_gib:.1f} GiB "
-        f"({sku.memory_gib:g} GiB x gpuMemoryUtilization {spec.engine.gpu_memory_utilization:g})"
-        f"; {fix}"
-    )
-
-
-def vllm_default_batching(sku: GpuSku) -> tuple[int, int]:
-    """vLLM's own (token budget, max sequences) for the OpenAI server on this GPU."""
-    if sku.memory_gib >= 70 and "A100" not in sku.name.upper():
-        return 8192, 1024
-    return 2048, 256
-
-
-def choose_batching(service: LLMService, sku: GpuSku) -> Tuning:
-    """The batching settings: the spec's integers win, `auto` takes vLLM's default."""
-    batching = service.spec.batching
-    default_budget, default_seqs = vllm_default_batching(sku)
-    budget = batching.max_num_batched_tokens
-    seqs = batching.max_num_seqs
+    budget, seqs = spec.batching.max_num_batched_tokens, spec.batching.max_num_seqs
     if isinstance(budget, int) and isinstance(seqs, int):
         return Tuning(
             budget, seqs, "spec", "maxNumBatchedTokens and maxNumSeqs are set in the spec"
         )
-    token_budget = budget if isinstance(budget, int) else default_budget
-    max_num_seqs = seqs if isinstance(seqs, int) else min(default_seqs, token_budget)
-    return Tuning(
-        token_budget,
-        max_num_seqs,
-        "vllm-default",
-        f"vLLM's default for {sku.name} ({sku.memory_gib:g} GiB) fills what the spec leaves "
-        "at auto, because no SLO tuner result is available",
+    slo = ServiceLevel(
+        itl_p99_s=_duration(spec.slo.itl_p99, "spec.slo.itlP99"),
+        ttft_p99_s=_duration(spec.slo.ttft_p99, "spec.slo.ttftP99"),
     )
+    hints = WorkloadHints(
+        max_model_len=_max_model_len(service),
+        max_num_seqs=seqs if isinstance(seqs, int) else None,
+        objective=spec.batching.profile,
+        tensor_parallel_size=spec.engine.tensor_parallel_size,
+        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
+    )
+    rec = recommend(profile, spec.model.shape.resolve(), slo, hints)
+    token_budget = budget if isinstance(budget, int) else rec.token_budget
+    max_num_seqs = seqs if isinstance(seqs, int) else min(rec.max_num_seqs, token_budget)
+    why = next((b for b in rec.binding if b.startswith("token_budget")), rec.message)
+    if isinstance(budget, int):
+        why = f"maxNumBatchedTokens is set in the spec; {rec.binding[0]}"
+    if not rec.feasible:
+        why = f"{rec.message}; {why}"
+    evidence = "measured" if rec.measured else "datasheet"
+    return Tuning(token_budget, max_num_seqs, f"profile {profile.name} ({evidence})", why)
+
+
+def _duration(text: str | None, field: str) -> float | None:
+    return None if text is None else parse_duration_s(text, field)
 
 
 def plan(
     service: LLMService,
     *,
     nodes: Sequence[NodeFacts],
-    by_name: Callable[[str], GpuSku],
-    by_product: Callable[[str], GpuSku],
+    by_name: Callable[[str], GPUProfile],
+    by_product: Callable[[str], GPUProfile],
     service_monitor_served: bool,
-    choose: Callable[[LLMService, GpuSku], Tuning] = choose_batching,
+    choose: Callable[[LLMService, GPUProfile], Tuning] = choose_batching,
 ) -> Plan:
     """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible."""
     spec = service.spec

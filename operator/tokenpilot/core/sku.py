@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from tokenpilot.core.errors import Infeasible, UnknownGPU
 
@@ -51,20 +51,18 @@ class NodeFacts:
         return self.labels.get(GPU_PRODUCT_LABEL)
 
 
+Sku = TypeVar("Sku", bound=GpuSku)
+
+
 @dataclass(frozen=True)
-class SkuChoice:
+class SkuChoice(Generic[Sku]):
     """The chosen SKU, the product labels its pods may land on, and why."""
 
-    sku: GpuSku
+    sku: Sku
     product_labels: tuple[str, ...]
     num_nodes: int
     num_allocatable_gpus: int
     reason: str
-
-
-# lookup(product_label) -> profile, raising UnknownGPU; fits(profile) -> None or why not.
-ProductLookup = Callable[[str], GpuSku]
-FitCheck = Callable[[GpuSku], str | None]
 
 
 def _eligible(
@@ -96,16 +94,16 @@ def choose_sku(
     nodes: Sequence[NodeFacts],
     gpus_per_replica: int,
     node_selector: Mapping[str, str],
-    by_product: ProductLookup,
-    by_name: Callable[[str], GpuSku],
-    fits: FitCheck,
-) -> SkuChoice:
+    by_product: Callable[[str], Sku],
+    by_name: Callable[[str], Sku],
+    fits: Callable[[Sku], str | None],
+) -> SkuChoice[Sku]:
     """Choose the SKU for one service; raises UnknownGPU or Infeasible with an actionable
-    message."""
+    message. The lookups raise UnknownGPU; `fits` returns None or why the model does not fit."""
     requested_sku = None if requested == AUTO else by_name(requested)  # UnknownGPU propagates
     eligible = _eligible(nodes, gpus_per_replica, node_selector)
     groups: dict[str, list[NodeFacts]] = {}
-    profiles: dict[str, GpuSku] = {}
+    profiles: dict[str, Sku] = {}
     unknown: set[str] = set()
     for node in eligible:
         product = node.gpu_product or ""
@@ -137,7 +135,7 @@ def choose_sku(
             raise Infeasible(why_not)
         return _choice(requested_sku, groups[requested_sku.name], "named in the spec")
 
-    fitting: list[tuple[GpuSku, list[NodeFacts]]] = []
+    fitting: list[tuple[Sku, list[NodeFacts]]] = []
     rejected: list[str] = []
     for name, group in groups.items():
         why_not = fits(profiles[name])
@@ -166,7 +164,7 @@ def choose_sku(
     return _choice(best, group, why)
 
 
-def _choice(sku: GpuSku, group: list[NodeFacts], why: str) -> SkuChoice:
+def _choice(sku: Sku, group: list[NodeFacts], why: str) -> SkuChoice[Sku]:
     products = tuple(sorted({n.gpu_product or "" for n in group} | set(sku.gpu_product_labels)))
     num_gpus = sum(n.allocatable_gpus for n in group)
     return SkuChoice(

@@ -29,10 +29,11 @@ from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import patch_status
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.errors import Infeasible, TokenPilotError
+from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import Tuning
 from tokenpilot.core.render_drift import difference
 from tokenpilot.core.render_plan import Plan, choose_batching, plan
-from tokenpilot.core.sku import GpuSku, NodeFacts
+from tokenpilot.core.sku import NodeFacts
 from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
 
 log = logging.getLogger("tokenpilot.reconcile")
@@ -43,10 +44,10 @@ class Runtime:
     """What every reconcile needs, built once at operator start."""
 
     client: KubeClient
-    by_name: Callable[[str], GpuSku]
-    by_product: Callable[[str], GpuSku]
+    by_name: Callable[[str], GPUProfile]
+    by_product: Callable[[str], GPUProfile]
     service_monitor_served: bool
-    choose: Callable[[LLMService, GpuSku], Tuning] = choose_batching
+    choose: Callable[[LLMService, GPUProfile], Tuning] = choose_batching
     namespaces: Sequence[str] = ()
     resync_interval_s: float = 60.0
     nodes: Sequence[NodeFacts] = ()
