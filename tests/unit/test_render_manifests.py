@@ -113,7 +113,7 @@ def test_scheduling_gpu_requests_affinity_tolerations() -> None:
     assert expr == {
         "key": "nvidia.com/gpu.product",
         "operator": "In",
-        "values": ["NVIDIA-H100-80GB-HBM3"],
+        "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"],
     }
     assert {"key": "dedicated", "operator": "Exists"} in pod["tolerations"]
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
