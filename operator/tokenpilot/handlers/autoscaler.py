@@ -161,7 +161,14 @@ class ServiceLoop:
             # The API server hiccupped; holding for one interval is the safe side.
             log.warning("%s/%s: cannot read scale or pods: %s", self.namespace, self.name, error)
             return interval_s
-        target = ServiceTarget(self.namespace, self.name, scale, len(pods), pods)
+        target = ServiceTarget(
+            self.namespace,
+            self.name,
+            scale,
+            len(pods),
+            pods,
+            read_ttft=policy.ttft_p99_slo_s is not None,
+        )
         now_s = time.monotonic()
         observation = await self.runtime.source(service).observe(target, now_s)
         decision = decide(policy, self.history, observation, now_s)

@@ -22,7 +22,8 @@ class ServiceTarget:
 
     `pods` are the Ready engine pods (the direct source scrapes them; the Prometheus source
     compares their number with the series it finds). Replica counts come from the scale
-    subresource and pass through into the Observation.
+    subresource and pass through into the Observation. `read_ttft` asks for the TTFT
+    histogram too; only a service with a TTFT SLO needs it, and it is the larger of the two.
     """
 
     namespace: str
@@ -30,6 +31,7 @@ class ServiceTarget:
     desired_replicas: int
     ready_replicas: int
     pods: tuple[PodEndpoint, ...]
+    read_ttft: bool = True
 
     @property
     def key(self) -> str:

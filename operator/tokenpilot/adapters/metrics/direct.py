@@ -11,17 +11,26 @@ decide() then holds rather than scale down on a partial view.
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 import httpx
 
 from tokenpilot.adapters.metrics.base import PodEndpoint, ServiceTarget
-from tokenpilot.adapters.metrics.parse import MetricsParseError, engine_sample, parse_metrics
+from tokenpilot.adapters.metrics.parse import (
+    ENGINE_FAMILIES,
+    ENGINE_FAMILIES_WITH_TTFT,
+    MetricsParseError,
+    engine_sample,
+    parse_metrics,
+)
 from tokenpilot.core.autoscale import Observation
 from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
 
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_IN_FLIGHT = 128
+NUM_CLIENT_SHARDS = 32
+KEEPALIVE_S = 60.0
 
 
 class DirectSource:
@@ -33,23 +42,33 @@ class DirectSource:
         window_s: float = DEFAULT_WINDOW_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.window_s = window_s
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s),
-            limits=httpx.Limits(
-                max_connections=max_in_flight, max_keepalive_connections=max_in_flight
-            ),
-            transport=transport,
-            # Engine pods are addressed by IP inside the cluster; a proxy would be wrong.
-            trust_env=False,
-        )
+        # httpcore scans its whole pool for every request, which is quadratic with one
+        # connection per engine; small pools picked by engine address keep it linear.
+        # One TLS context for all shards: loading the CA bundle costs ~50 ms per client.
+        tls = httpx.create_ssl_context()
+        self._clients = [
+            httpx.AsyncClient(
+                verify=tls,
+                timeout=httpx.Timeout(timeout_s),
+                limits=httpx.Limits(
+                    max_connections=None,
+                    max_keepalive_connections=None,
+                    # Longer than an evaluation interval, so every round reuses its connection.
+                    keepalive_expiry=KEEPALIVE_S,
+                ),
+                # Engine pods are addressed by IP inside the cluster; a proxy would be wrong.
+                trust_env=False,
+            )
+            for _ in range(NUM_CLIENT_SHARDS)
+        ]
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._rings: dict[str, dict[str, Ring]] = {}
 
     async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
-        results = await asyncio.gather(*(self._scrape(pod, now_s) for pod in target.pods))
+        families = ENGINE_FAMILIES_WITH_TTFT if target.read_ttft else ENGINE_FAMILIES
+        results = await asyncio.gather(*(self._scrape(pod, families, now_s) for pod in target.pods))
         previous = self._rings.get(target.key, {})
         rings: dict[str, Ring] = {}
         problems = []
@@ -72,11 +91,14 @@ class DirectSource:
             problems=problems,
         )
 
-    async def _scrape(self, pod: PodEndpoint, now_s: float) -> EngineSample | str:
+    async def _scrape(
+        self, pod: PodEndpoint, families: frozenset[str], now_s: float
+    ) -> EngineSample | str:
         """The pod's sample, or why there is none (a sentence for the Observation)."""
         async with self._in_flight:
             try:
-                response = await self._client.get(pod.metrics_url)
+                client = self._clients[zlib.crc32(pod.metrics_url.encode()) % len(self._clients)]
+                response = await client.get(pod.metrics_url)
             except httpx.TimeoutException:
                 return f"no answer from {pod.metrics_url} within the scrape timeout"
             except httpx.HTTPError as error:
@@ -84,7 +106,7 @@ class DirectSource:
         if response.status_code != 200:
             return f"{pod.metrics_url} answered HTTP {response.status_code}"
         try:
-            sample = engine_sample(parse_metrics(response.text), now_s)
+            sample = engine_sample(parse_metrics(response.text, families), now_s)
         except MetricsParseError as error:
             return f"{pod.metrics_url} answered garbage: {error}"
         if sample.num_requests_waiting is None or sample.num_requests_running is None:
@@ -95,4 +117,5 @@ class DirectSource:
         self._rings.pop(target_key, None)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
