@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from fake_engines import EngineFarm, FakeEngine, closed_port
 
-from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget, parse_metrics
+from tokenpilot.adapters.metrics import (
+    DirectSource,
+    MetricsParseError,
+    PodEndpoint,
+    ServiceTarget,
+    engine_sample,
+    parse_metrics,
+)
+from tokenpilot.adapters.metrics.parse import ENGINE_FAMILIES, ENGINE_FAMILIES_WITH_TTFT
 from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
 
@@ -93,3 +101,36 @@ def test_parse_metrics_reads_what_vllm_writes():
     buckets = page.buckets(vllm_metrics.INTER_TOKEN_LATENCY_SECONDS)
     assert buckets is not None and buckets[-1] == (float("inf"), 10.0)
     assert len(buckets) == len(vllm_metrics.TOKEN_LATENCY_BUCKETS_S) + 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<html><body>502 Bad Gateway</body></html>",
+        "vllm:num_requests_waiting{engine=0} three\n",
+        "hello world",
+    ],
+)
+def test_garbage_is_refused_with_a_quote(text):
+    with pytest.raises(MetricsParseError, match="not Prometheus text"):
+        parse_metrics(text, ENGINE_FAMILIES)
+
+
+def test_another_exporters_page_parses_to_nothing_we_use():
+    text = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n"
+    page = parse_metrics(text, ENGINE_FAMILIES)
+    assert page.sum(vllm_metrics.NUM_REQUESTS_WAITING) is None
+    assert parse_metrics(text).sum("process_cpu_seconds_total") == 1.5
+
+
+def test_the_family_filter_keeps_values_and_drops_the_rest():
+    text = FakeEngine(waiting=3, running=5, itl_per_scrape=10).page().decode()
+    assert parse_metrics(text, ENGINE_FAMILIES).samples.keys() <= {
+        f"{family}{suffix}"
+        for family in ENGINE_FAMILIES
+        for suffix in ("", "_bucket", "_count", "_sum")
+    }
+    full = engine_sample(parse_metrics(text), 1.0)
+    assert engine_sample(parse_metrics(text, ENGINE_FAMILIES_WITH_TTFT), 1.0) == full
+    without_ttft = engine_sample(parse_metrics(text, ENGINE_FAMILIES), 1.0)
+    assert without_ttft.ttft_buckets is None and without_ttft.itl_buckets == full.itl_buckets
