@@ -32,10 +32,15 @@ from tokenpilot.core.fleet.engines import engine_config
 from tokenpilot.core.fleet.results import nearest_rank
 from tokenpilot.core.fleet.sizing import Sizing
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.render_plan import vllm_default_batching
 from tokenpilot.core.sim import InvalidEngineConfig
 from tokenpilot.core.steptime import step_time_model
-from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend, vllm_default_token_budget
+from tokenpilot.core.tuner import (
+    DEFAULT_MAX_NUM_SEQS,
+    ServiceLevel,
+    WorkloadHints,
+    recommend,
+    vllm_default_token_budget,
+)
 from tokenpilot.core.workload import (
     Trace,
     TraceError,
@@ -219,7 +224,7 @@ def _simulate(
     timer = step_time_model(profile, shape, tp)
     capacity = plan_capacity(profile, shape, tp, GPU_MEMORY_UTILIZATION, args.max_model_len)
     default_budget = vllm_default_token_budget(profile)
-    _, default_seqs = vllm_default_batching(profile)
+    default_seqs = DEFAULT_MAX_NUM_SEQS
     slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
     tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
     tuned_engine = engine_config(
@@ -269,6 +274,11 @@ def _simulate(
     budgets = {
         "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
+        "start": ", ".join(
+            sorted(
+                {f"{e.fleet.start_replicas} ({e.name})" for e in entries if e.name != "static-peak"}
+            )
+        ),
     }
     return results, sizing, budgets
 
@@ -317,6 +327,8 @@ def render_table(
     )
     for note in trace.notes:
         console.print(f"  note: {note}", highlight=False)
+    if budgets.get("start"):
+        console.print(f"  replicas Ready at the start: {budgets['start']}", highlight=False)
     if sizing is not None:
         console.print(
             f"  sizing: {sizing.reason}; hpa/kpa target "

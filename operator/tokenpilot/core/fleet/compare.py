@@ -21,7 +21,7 @@ from tokenpilot.core.fleet.policies.base import FleetPolicy
 from tokenpilot.core.fleet.policies.tokenpilot import TokenPilotPolicy
 from tokenpilot.core.fleet.results import FleetResult
 from tokenpilot.core.fleet.simulator import ProgressFn, simulate
-from tokenpilot.core.fleet.sizing import Sizing, size_for_peak
+from tokenpilot.core.fleet.sizing import Sizing, size_for_opening, size_for_peak
 from tokenpilot.core.sim import EngineConfig, StepTimer
 from tokenpilot.core.workload import Trace
 
@@ -93,6 +93,11 @@ def contenders(
     if sizing is None and needs_sizing:
         sizing = size_for_peak(trace, fleet, default_engine, timer)
     target = target_running_per_replica or (sizing.target_running_per_replica if sizing else 1.0)
+    autoscaled_fleet = fleet
+    if fleet.initial_replicas is None and any(n != "static-peak" for n in names):
+        # Every autoscaler starts from the same fleet: what the opening window needs.
+        opening = size_for_opening(trace, fleet, default_engine, timer)
+        autoscaled_fleet = replace(fleet, initial_replicas=opening.replicas)
     lo, hi = fleet.min_replicas, fleet.max_replicas
     autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
@@ -103,7 +108,7 @@ def contenders(
                     name,
                     lambda: TokenPilotPolicy(autoscale, interval_s=interval_s),
                     tuned_engine,
-                    fleet,
+                    autoscaled_fleet,
                 )
             )
         elif name == "vllm-default-budget":
@@ -114,7 +119,7 @@ def contenders(
                         autoscale, name="vllm-default-budget", interval_s=interval_s
                     ),
                     default_engine,
-                    fleet,
+                    autoscaled_fleet,
                 )
             )
         elif name == "static-peak":
@@ -123,11 +128,17 @@ def contenders(
             static_fleet = replace(fleet, initial_replicas=n)
             out.append(Contender(name, partial(StaticPolicy, n), default_engine, static_fleet))
         elif name == "hpa":
-            out.append(Contender(name, lambda: HpaPolicy(target, lo, hi), default_engine, fleet))
+            out.append(
+                Contender(name, lambda: HpaPolicy(target, lo, hi), default_engine, autoscaled_fleet)
+            )
         elif name == "keda":
-            out.append(Contender(name, lambda: KedaPolicy(lo, hi), default_engine, fleet))
+            out.append(
+                Contender(name, lambda: KedaPolicy(lo, hi), default_engine, autoscaled_fleet)
+            )
         elif name == "aibrix-kpa":
-            out.append(Contender(name, lambda: KpaPolicy(target, lo, hi), default_engine, fleet))
+            out.append(
+                Contender(name, lambda: KpaPolicy(target, lo, hi), default_engine, autoscaled_fleet)
+            )
     return out, sizing
 
 

@@ -41,8 +41,44 @@ def size_for_peak(
     peak_window_s: float = DEFAULT_PEAK_WINDOW_S,
     min_attainment: float = DEFAULT_MIN_ATTAINMENT,
 ) -> Sizing:
-    start_s = trace.peak_window_start_s(peak_window_s)
-    end_s = min(trace.duration_s, start_s + peak_window_s)
+    return _size_window(
+        trace,
+        trace.peak_window_start_s(peak_window_s),
+        peak_window_s,
+        "busiest",
+        fleet,
+        engine_config,
+        timer,
+        min_attainment,
+    )
+
+
+def size_for_opening(
+    trace: Trace,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    *,
+    window_s: float = DEFAULT_PEAK_WINDOW_S,
+    min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+) -> Sizing:
+    """The fleet the first `window_s` needs: where autoscalers start, as if the trace were cut
+    from a longer day whose fleet had already adapted to the load."""
+    return _size_window(trace, 0.0, window_s, "first", fleet, engine_config, timer, min_attainment)
+
+
+def _size_window(
+    trace: Trace,
+    start_s: float,
+    window_s: float,
+    label: str,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    min_attainment: float,
+) -> Sizing:
+    peak_window_s = window_s
+    end_s = min(trace.duration_s, start_s + window_s)
     peak = window(trace, start_s, end_s) if end_s > start_s else trace
     runs: dict[int, FleetResult] = {}
 
@@ -67,13 +103,13 @@ def size_for_peak(
             else:
                 low = mid
         reason = (
-            f"{high} replica(s) meet {min_attainment:.0%} on the busiest {peak_window_s:g} s "
+            f"{high} replica(s) meet {min_attainment:.0%} on the {label} {peak_window_s:g} s "
             f"(from {start_s:.0f} s)"
         )
     else:
         reason = (
             f"even max_replicas={fleet.max_replicas} reaches only "
-            f"{run(high).attainment:.1%} on the busiest {peak_window_s:g} s"
+            f"{run(high).attainment:.1%} on the {label} {peak_window_s:g} s"
         )
     result = run(high)
     running = result.timeline.num_running
