@@ -193,3 +193,12 @@ def test_failed_up_stops_what_it_started_and_shows_the_log(
     # etcd and kube-apiserver had started: they must be gone, and so must the state dir.
     assert not _processes_mentioning(str(state_dir))
     assert not state_dir.exists()
+
+
+def test_concurrent_clusters_get_different_pod_ranges(tmp_path: Path) -> None:
+    first_choice = cluster.default_pod_cidr(tmp_path / "b")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / state.RECORD).write_text(json.dumps({"podCIDR": first_choice}))
+    second_choice = cluster.default_pod_cidr(tmp_path / "b")
+    assert second_choice != first_choice
+    assert second_choice.startswith("127.") and second_choice.endswith(".0.0/16")

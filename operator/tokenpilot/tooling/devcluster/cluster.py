@@ -70,9 +70,25 @@ class UpOptions:
 
 
 def default_pod_cidr(state_dir: Path) -> str:
-    """A /16 inside 127/8 derived from the state dir, so two clusters rarely share pod IPs."""
-    second_octet = 1 + zlib.crc32(str(state_dir).encode()) % 250
-    return f"127.{second_octet}.0.0/16"
+    """A /16 inside 127/8 that no other cluster under the same cache root is using.
+
+    Two clusters handing out the same pod IPs would make their pod processes fight over
+    addresses, so start from a hash of the state dir and skip ranges recorded by live siblings.
+    """
+    taken = set()
+    for record in state_dir.parent.glob(f"*/{state.RECORD}"):
+        if record.parent == state_dir:
+            continue
+        try:
+            taken.add(json.loads(record.read_text()).get("podCIDR", ""))
+        except (OSError, ValueError):
+            continue
+    start = zlib.crc32(str(state_dir).encode()) % 250
+    for step in range(250):
+        cidr = f"127.{1 + (start + step) % 250}.0.0/16"
+        if cidr not in taken:
+            return cidr
+    return f"127.{1 + start}.0.0/16"
 
 
 def _https_ready(url: str, ca: Path | None, token: str | None) -> Callable[[], bool]:
