@@ -4,7 +4,6 @@ a process, create services, and count the API server's writes."""
 from __future__ import annotations
 
 import copy
-import re
 import subprocess
 import sys
 import threading
@@ -16,6 +15,8 @@ from typing import Any
 import yaml
 
 from tokenpilot.adapters.kube import KubeClient, connect
+from tokenpilot.adapters.kube.apiserver_metrics import WriteCounts
+from tokenpilot.adapters.kube.apiserver_metrics import api_writes as server_writes
 from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
@@ -122,33 +123,14 @@ def client_for(kubeconfig: Path) -> KubeClient:
 # --- counting writes --------------------------------------------------------------------------
 
 # DELETEs are left out: earlier tests' namespaces are being torn down meanwhile, and the
-# operator never deletes (owner references do).
-WRITE_VERBS = ("APPLY", "PATCH", "POST", "PUT", "CREATE", "UPDATE")
-# Events are left out: the endpoints controller posts its own in the same namespaces. Ours are
-# counted by listing them (see resource_versions).
+# operator never deletes (owner references do). Events are left out too: the endpoints
+# controller posts its own in the same namespaces; ours are counted by listing them.
+VERBS = ("APPLY", "PATCH", "POST", "PUT", "CREATE", "UPDATE")
 WATCHED = ("llmservices", "deployments", "services", "poddisruptionbudgets")
-_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
-def api_writes(client: KubeClient) -> dict[tuple[str, str, str], float]:
-    """The API server's own count of write requests, by (verb, resource, subresource), for
-    the resources the operator writes."""
-    out: dict[tuple[str, str, str], float] = {}
-    for line in client.text("/metrics").splitlines():
-        match = _LINE.match(line)
-        if not match:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
-        if labels.get("verb") in WRITE_VERBS and labels.get("resource") in WATCHED:
-            key = (labels["verb"], labels["resource"], labels.get("subresource", ""))
-            out[key] = out.get(key, 0.0) + float(match.group("value"))
-    return out
-
-
-def write_delta(
-    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
-) -> dict[tuple[str, str, str], float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+def api_writes(client: KubeClient) -> WriteCounts:
+    return server_writes(client, WATCHED, VERBS)
 
 
 def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
