@@ -21,10 +21,10 @@ from _operator_harness import (
     operator_thread,
     resource_versions,
     sample,
-    write_delta,
 )
 
 from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube.apiserver_metrics import write_delta
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
