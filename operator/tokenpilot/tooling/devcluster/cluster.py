@@ -16,7 +16,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import httpx
 from tokenpilot.tooling.devcluster import (
     build,
     certs,
+    components,
     kube,
     kubeconfig,
     kwokconfig,
@@ -34,28 +35,18 @@ from tokenpilot.tooling.devcluster import (
     procs,
     state,
 )
+from tokenpilot.tooling.devcluster.components import RUNNER_CHILDREN_FILE, SERVICE_IP, Timeouts
 from tokenpilot.tooling.devcluster.errors import DevClusterError, StateDirError, WaitTimeout
 from tokenpilot.tooling.devcluster.versions import KUBERNETES_VERSION
 from tokenpilot.tooling.podrunner import imagemap
-
-SERVICE_CIDR = "10.96.0.0/16"
-SERVICE_IP = "10.96.0.1"
-RUNNER_READY_FILE = "pod-runner.ready"
-RUNNER_CHILDREN_FILE = "pod-runner-children.json"
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    etcd_s: float = 30.0
-    apiserver_s: float = 60.0
-    component_s: float = 30.0
-    nodes_ready_s: float = 60.0
-
-
-@dataclass(frozen=True)
 class UpOptions:
+    """What `up` accepts; unset paths mean the built-in defaults, unset ports mean free ones."""
+
     name: str = "default"
     state_dir: Path | None = None
     node_pools: Path | None = None
@@ -63,7 +54,7 @@ class UpOptions:
     apiserver_port: int | None = None
     pod_cidr: str | None = None
     pod_runner: bool = True
-    timeouts: Timeouts = Timeouts()
+    timeouts: Timeouts = field(default_factory=Timeouts)
 
     def resolved_state_dir(self) -> Path:
         return (self.state_dir or paths.default_state_dir(self.name)).expanduser().absolute()
@@ -92,6 +83,7 @@ def default_pod_cidr(state_dir: Path) -> str:
 
 
 def _https_ready(url: str, ca: Path | None, token: str | None) -> Callable[[], bool]:
+    # No CA: the component's self-signed serving certificate; only /healthz is read.
     context = ssl.create_default_context(cafile=str(ca)) if ca else False
     headers = {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -102,11 +94,10 @@ def _https_ready(url: str, ca: Path | None, token: str | None) -> Callable[[], b
     return check
 
 
-def _http_ready(url: str) -> Callable[[], bool]:
-    def check() -> bool:
-        return httpx.get(url, timeout=2.0, trust_env=False).status_code == 200
-
-    return check
+def _ready_check(check: components.ReadyCheck) -> Callable[[], bool]:
+    if check.file is not None:
+        return check.file.exists
+    return _https_ready(check.url, check.ca, check.token)
 
 
 class _Launcher:
@@ -167,7 +158,6 @@ def _start(
     progress: Progress,
 ) -> None:
     d = st.state_dir
-    t = options.timeouts
     pki = certs.generate(d / "pki", service_ip=SERVICE_IP, now=dt.datetime.now(dt.UTC))
     tokens = {user: certs.new_token() for user in kubeconfig.USERS}
     token_file = kubeconfig.write(d / "tokens.csv", kubeconfig.token_file(tokens))
@@ -187,138 +177,42 @@ def _start(
     st.pod_cidr = options.pod_cidr or default_pod_cidr(d)
     st.ports = {
         "kube-apiserver": apiserver_port,
-        "etcd": ports.free_port(),
-        "etcd-peer": ports.free_port(),
-        "kube-controller-manager": ports.free_port(),
-        "kube-scheduler": ports.free_port(),
-        "kwok": ports.free_port(),
+        **{
+            name: ports.free_port()
+            for name in ("etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
+        },
     }
     st.save()
-    launcher = _Launcher(st, progress)
-    p = st.ports
-
-    etcd_url = f"http://127.0.0.1:{p['etcd']}"
-    peer_url = f"http://127.0.0.1:{p['etcd-peer']}"
-    launcher.run(
-        "etcd",
-        [
-            binaries["etcd"],
-            "--name=dev",
-            f"--data-dir={d / 'etcd'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=dev={peer_url}",
-            # Throwaway data: skipping fsync makes every write an order of magnitude cheaper.
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ],
-        _http_ready(f"{etcd_url}/health"),
-        t.etcd_s,
-    )
-    launcher.run(
-        "kube-apiserver",
-        [
-            binaries["kube-apiserver"],
-            f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={apiserver_port}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={pki.ca_cert}",
-            f"--token-auth-file={token_file}",
-            "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki.sa_pub}",
-            f"--service-account-signing-key-file={pki.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            f"--cert-dir={d / 'pki'}",
-            "--allow-privileged=true",
-            # 127.0.0.1 is not a valid endpoint address for the `kubernetes` Service.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-        ],
-        _https_ready(f"{server}/readyz", pki.ca_cert, tokens["admin"]),
-        t.apiserver_s,
-    )
-    cm_kubeconfig = str(kubeconfigs["system:kube-controller-manager"])
-    launcher.run(
-        "kube-controller-manager",
-        [
-            binaries["kube-controller-manager"],
-            f"--kubeconfig={cm_kubeconfig}",
-            f"--authentication-kubeconfig={cm_kubeconfig}",
-            f"--authorization-kubeconfig={cm_kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={p['kube-controller-manager']}",
-            f"--cert-dir={d / 'controller-manager'}",
-            "--leader-elect=false",
-            f"--cluster-name={st.name}",
-            f"--service-account-private-key-file={pki.sa_key}",
-            f"--root-ca-file={pki.ca_cert}",
-            "--use-service-account-credentials=false",
-        ],
-        _https_ready(f"https://127.0.0.1:{p['kube-controller-manager']}/healthz", None, None),
-        t.component_s,
-    )
-    sched_kubeconfig = str(kubeconfigs["system:kube-scheduler"])
-    launcher.run(
-        "kube-scheduler",
-        [
-            binaries["kube-scheduler"],
-            f"--kubeconfig={sched_kubeconfig}",
-            f"--authentication-kubeconfig={sched_kubeconfig}",
-            f"--authorization-kubeconfig={sched_kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={p['kube-scheduler']}",
-            f"--cert-dir={d / 'scheduler'}",
-            "--leader-elect=false",
-        ],
-        _https_ready(f"https://127.0.0.1:{p['kube-scheduler']}/healthz", None, None),
-        t.component_s,
-    )
     kwok_config = d / "kwok.yaml"
     kwok_config.write_text(
         kwokconfig.render(
             pod_cidr=st.pod_cidr,
-            server_address=f"127.0.0.1:{p['kwok']}",
+            server_address=f"127.0.0.1:{st.ports['kwok']}",
             image_regex=images.regex(),
             kubelet_version=KUBERNETES_VERSION,
         )
     )
-    launcher.run(
-        "kwok",
-        [
-            binaries["kwok"],
-            f"--kubeconfig={kubeconfigs['kwok']}",
-            f"--config={kwok_config}",
-        ],
-        _http_ready(f"http://127.0.0.1:{p['kwok']}/healthz"),
-        t.component_s,
-    )
+    image_map = None
     if options.pod_runner:
         image_map = d / "images.yaml"
         image_map.write_text((options.image_map or imagemap.default_path()).read_text())
-        ready_file = d / RUNNER_READY_FILE
-        launcher.run(
-            "pod-runner",
-            [
-                sys.executable,
-                "-m",
-                "tokenpilot.cli",
-                "pod-runner",
-                f"--kubeconfig={kubeconfigs['pod-runner']}",
-                f"--image-map={image_map}",
-                f"--work-dir={d / 'pods'}",
-                f"--ready-file={ready_file}",
-                f"--children-file={d / RUNNER_CHILDREN_FILE}",
-            ],
-            ready_file.exists,
-            t.component_s,
-        )
-    _register_nodes(st, pools, admin_kubeconfig, t.nodes_ready_s, progress)
+    layout = components.Layout(
+        name=st.name,
+        state_dir=d,
+        binaries=binaries,
+        ports=st.ports,
+        pki=pki,
+        token_file=token_file,
+        kubeconfigs=kubeconfigs,
+        admin_token=tokens["admin"],
+        kwok_config=kwok_config,
+        image_map=image_map,
+        python=sys.executable,
+    )
+    launcher = _Launcher(st, progress)
+    for spec in components.plan(layout, options.timeouts):
+        launcher.run(spec.name, spec.argv, _ready_check(spec.ready), spec.timeout_s)
+    _register_nodes(st, pools, admin_kubeconfig, options.timeouts.nodes_ready_s, progress)
 
 
 def _core_api(kubeconfig_path: Path) -> Any:
