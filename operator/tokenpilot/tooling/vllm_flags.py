@@ -4,18 +4,23 @@ It runs inside the engine virtualenv (.venv-engine), where vLLM is installed and
 not, so it imports nothing from `tokenpilot`; run it by path:
 
     .venv-engine/bin/python operator/tokenpilot/tooling/vllm_flags.py list
-    .venv-engine/bin/python operator/tokenpilot/tooling/vllm_flags.py parse -- --max-num-seqs 64
+    echo '[["--max-num-seqs", "64"], ["--max-num-seqs", "x"]]' | \
+        .venv-engine/bin/python operator/tokenpilot/tooling/vllm_flags.py check
 
 `list` prints every option string of the OpenAI server's parser (the one `vllm serve` and
-`python -m vllm.entrypoints.openai.api_server` share), one per line, sorted. `parse` builds the
-same parser and parses the given arguments: exit 0 if vLLM accepts them, else 2 with vLLM's own
-error on stderr, so values are checked as well as names.
+`python -m vllm.entrypoints.openai.api_server` share), one per line, sorted. `check` reads a
+JSON list of command lines (lists of arguments) on stdin, parses each with that same parser,
+and prints a JSON list of {"accepted": bool, "error": str} in the same order, so values are
+judged as well as names. One process answers many questions: importing vLLM takes seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import sys
 from typing import Any
 
@@ -48,19 +53,32 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return sorted({option for action in parser._actions for option in action.option_strings})
 
 
+def judge(parser: argparse.ArgumentParser, args: list[str]) -> dict[str, Any]:
+    """Whether the parser accepts `args`, with its error message when it does not."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            parser.parse_args(args)
+    except SystemExit as exit_:  # argparse reports a bad flag or value by exiting
+        if exit_.code not in (0, None):
+            lines = stderr.getvalue().strip().splitlines() or ["(no message)"]
+            return {"accepted": False, "error": lines[-1]}
+    except Exception as error:  # a type converter of vLLM's own that raises instead
+        return {"accepted": False, "error": f"{type(error).__name__}: {error}"}
+    return {"accepted": True, "error": ""}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in ("list", "parse"):
+    if args not in (["list"], ["check"]):
         print(__doc__, file=sys.stderr)
         return 2
     parser = build_serve_parser()
-    if args[0] == "list":
+    if args == ["list"]:
         print("\n".join(option_strings(parser)))
-        return 0
-    rest = args[1:]
-    if rest[:1] == ["--"]:
-        rest = rest[1:]
-    parser.parse_args(rest)  # exits 2 with vLLM's message on a bad flag or value
+    else:
+        command_lines = json.load(sys.stdin)
+        print(json.dumps([judge(parser, [str(arg) for arg in line]) for line in command_lines]))
     return 0
 
 

