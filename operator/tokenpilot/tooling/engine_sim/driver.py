@@ -48,6 +48,7 @@ class RequestStream:
         "num_prompt_tokens",
         "num_ready",
         "request_id",
+        "token_times_s",
     )
 
     def __init__(self, request: SimRequest, arrival_s: float, max_tokens: int) -> None:
@@ -57,6 +58,8 @@ class RequestStream:
         self.arrival_s = arrival_s
         self.num_ready = 0
         self.last_token_s = arrival_s
+        # Engine time of each token, for the engine_time_s field of streamed chunks.
+        self.token_times_s: list[float] = []
         self.finished: RequestStats | None = None
         self.changed = asyncio.Event()
 
@@ -134,6 +137,7 @@ class EngineDriver:
                 itl_s.append(end_s - stream.last_token_s)
             stream.num_ready += 1
             stream.last_token_s = end_s
+            stream.token_times_s.append(end_s)
             stream.changed.set()
         self.metrics.observe_step(result, itl_s, ttft_s, num_prompt_tokens_done)
         for stats in result.finished:

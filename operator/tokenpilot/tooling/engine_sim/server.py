@@ -151,8 +151,9 @@ class EngineSimServer:
             if parsed.stream:
                 return await self._stream(request, stream, parsed, chat)
             return await self._whole(stream, parsed, chat)
-        except (asyncio.CancelledError, ConnectionError):
-            # The client went away: free its sequence now rather than finishing it for nobody.
+        except asyncio.CancelledError:
+            # The client went away while we waited: free its sequence and KV blocks now
+            # rather than finishing it for nobody.
             self.driver.abort(stream.request_id)
             raise
 
@@ -259,7 +260,7 @@ class EngineSimServer:
         await response.prepare(request)
         chunks = _ChunkWriter(stream.request_id, parsed.model, chat)
         if chat:
-            await response.write(chunks.role())
+            await response.write(chunks.role(stream.arrival_s))
         num_sent = 0
         while True:
             await stream.changed.wait()
@@ -267,24 +268,39 @@ class EngineSimServer:
             stats = stream.finished
             num_ready = stats.num_output_tokens if stats is not None else stream.num_ready
             out = []
+            times = stream.token_times_s
             for i in range(num_sent, num_ready):
                 last = stats is not None and i == num_ready - 1
-                out.append(chunks.token(i, stats.finish_reason if last and stats else None))
+                reason = stats.finish_reason if last and stats else None
+                arrival_s = stream.arrival_s if i == 0 and not chat else None
+                out.append(chunks.token(i, reason, times[i], arrival_s))
             num_sent = num_ready
             if stats is not None:
                 if parsed.include_usage:
                     out.append(chunks.usage(stats.num_prompt_tokens, stats.num_output_tokens))
                 out.append(b"data: [DONE]\n\n")
-            if out:
-                await response.write(b"".join(out))
+            try:
+                if out:
+                    await response.write(b"".join(out))
+                if stats is not None:
+                    await response.write_eof()
+            except ConnectionError:
+                # The client closed the stream (a probe's cleanup, a cancelled request):
+                # free the sequence; there is no one to answer.
+                self.driver.abort(stream.request_id)
+                return response
             if stats is not None:
-                break
-        await response.write_eof()
-        return response
+                return response
 
 
 class _ChunkWriter:
-    """SSE chunks with the constant parts of the JSON encoded once per request."""
+    """SSE chunks with the constant parts of the JSON encoded once per request.
+
+    Every chunk also carries `engine_time_s`, the engine (virtual) time its token was made,
+    and the first one `engine_arrival_s`, when the request reached the engine: extra fields
+    OpenAI clients ignore, which let the interference probe read exact iteration times
+    where arrival times on a busy host jitter by tens of milliseconds.
+    """
 
     def __init__(self, request_id: str, model: str, chat: bool) -> None:
         self.created = int(time.time())
@@ -294,21 +310,28 @@ class _ChunkWriter:
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": request_id, "object": obj, "created": self.created, "model": model}
         self._head = json.dumps(head)[:-1]  # without the closing brace
-        self._token_cache: dict[str, bytes] = {}
+        self._choice_cache: dict[str, str] = {}
 
-    def role(self) -> bytes:
+    def role(self, arrival_s: float) -> bytes:
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                   "finish_reason": None}  # fmt: skip
-        return self._event(choice)
+        extra = f', "engine_arrival_s": {arrival_s:.6f}'
+        return self._event(json.dumps(choice), extra)
 
-    def token(self, index: int, finish_reason: str | None) -> bytes:
+    def token(
+        self, index: int, finish_reason: str | None, time_s: float, arrival_s: float | None
+    ) -> bytes:
         text = token_text(index)
-        if finish_reason is not None:
-            return self._event(self._choice(text, finish_reason))
-        cached = self._token_cache.get(text)
-        if cached is None:
-            cached = self._token_cache[text] = self._event(self._choice(text, None))
-        return cached
+        if finish_reason is None:
+            choice = self._choice_cache.get(text)
+            if choice is None:
+                choice = self._choice_cache[text] = json.dumps(self._choice(text, None))
+        else:
+            choice = json.dumps(self._choice(text, finish_reason))
+        extra = f', "engine_time_s": {time_s:.6f}'
+        if arrival_s is not None:
+            extra += f', "engine_arrival_s": {arrival_s:.6f}'
+        return self._event(choice, extra)
 
     def usage(self, num_prompt_tokens: int, num_output_tokens: int) -> bytes:
         usage = json.dumps({"usage": _usage(num_prompt_tokens, num_output_tokens)})
@@ -321,8 +344,8 @@ class _ChunkWriter:
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
                 "stop_reason": None}  # fmt: skip
 
-    def _event(self, choice: dict[str, Any]) -> bytes:
-        return f'data: {self._head}, "choices": [{json.dumps(choice)}]}}\n\n'.encode()
+    def _event(self, choice_json: str, extra: str) -> bytes:
+        return f'data: {self._head}, "choices": [{choice_json}]{extra}}}\n\n'.encode()
 
 
 def _usage(num_prompt_tokens: int, num_output_tokens: int) -> dict[str, int]:

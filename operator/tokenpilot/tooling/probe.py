@@ -1,0 +1,478 @@
+"""The interference probe: how much a burst of prefills slows the decode streams beside it.
+
+The protocol of the interference study, against any OpenAI-compatible endpoint:
+  1. PRIME     start `num_decode` streaming completions and wait until each has a token, then
+               let them settle;
+  2. BASELINE  watch the decode streams for `baseline_s`;
+  3. INJECT    right after a decode token arrives, send `num_prefill` requests of
+               `prefill_len` prompt tokens with max_tokens 1, and wait for all of them;
+  4. RECOVERY  watch the decode streams for `recovery_s` more;
+  5. CLEANUP   close the decode streams (the server frees their KV cache).
+
+Every decode stream gets one token per engine iteration, so the gaps between a stream's
+tokens are iteration times seen from outside. Baseline is the mean gap inside the baseline
+window; mixed is the mean gap of the iterations that started after the burst was sent and
+ended by the time its last request finished; interference = mixed / baseline - 1. Recovery
+counts the iterations after the burst until a gap is back within 10% of the baseline.
+
+Prompts are token ids (so their length is exact on any server) and differ per request, so a
+prefix cache cannot make the burst free. `time_scale` divides every wait (for a simulator run
+faster than real time) and multiplies every measured gap back into engine time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+RECOVERY_TOLERANCE = 0.10
+_EPS_S = 1e-6
+_ENGINE_TIME = '"engine_time_s": '
+_ENGINE_ARRIVAL = '"engine_arrival_s": '
+_token_salts = itertools.count(1)
+
+
+class ProbeError(RuntimeError):
+    """The endpoint did not behave as the protocol needs (named step, what to check)."""
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    url: str
+    num_decode: int = 32
+    num_prefill: int = 4
+    prefill_len: int = 2048
+    settle_s: float = 2.0
+    baseline_s: float = 3.0
+    recovery_s: float = 3.0
+    time_scale: float = 1.0
+    model: str | None = None
+    decode_max_tokens: int = 4096
+    # Context of each decode stream; the study's decodes had about 1-1.5K tokens of context.
+    decode_prompt_len: int = 1024
+    request_timeout_s: float = 120.0
+    # Bursts per condition, each followed by a recovery; the median one is reported, so one
+    # burst that met a stalled client or server does not decide the cell.
+    num_bursts: int = 1
+
+
+@dataclass
+class ProbeResult:
+    num_decode: int
+    num_prefill: int
+    prefill_len: int
+    baseline_ms: float
+    mixed_ms: float
+    recovery_ms: float
+    num_mixed_iterations: int
+    recovery_iterations: int
+    recovery_gaps_ms: list[float] = field(default_factory=list)
+
+    @property
+    def interference_pct(self) -> float:
+        return (self.mixed_ms - self.baseline_ms) / self.baseline_ms * 100.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.num_decode} decodes, {self.num_prefill} x {self.prefill_len} prefill: "
+            f"baseline {self.baseline_ms:.1f} ms, mixed {self.mixed_ms:.1f} ms over "
+            f"{self.num_mixed_iterations} iterations ({self.interference_pct:+.0f}%), "
+            f"recovery {self.recovery_ms:.1f} ms, back within {RECOVERY_TOLERANCE:.0%} after "
+            f"{self.recovery_iterations} iteration(s)"
+        )
+
+
+# ----- analysis (pure) ----------------------------------------------------------------------
+
+
+Gap = tuple[float, float]  # (start, end) of one inter-token gap, in seconds
+
+
+def analyse(
+    gaps_per_stream: Sequence[Sequence[Gap]],
+    baseline_window: tuple[float, float],
+    mixed_window: tuple[float, float],
+    settings: ProbeSettings,
+    seconds_per_unit: float = 1.0,
+    slowed_margin: float = 0.05,
+) -> ProbeResult:
+    """Interference from each decode stream's gaps: baseline inside `baseline_window`, mixed
+    inside `mixed_window`, recovery after it. `seconds_per_unit` turns the gaps' time base
+    into engine seconds (the time scale for wall-clock gaps, 1 for engine time stamps); a
+    gap longer than the baseline by more than `slowed_margin` counts as slowed."""
+    baseline_gaps: list[float] = []
+    window_gaps: list[float] = []
+    after: list[list[float]] = []
+    lo, hi = baseline_window
+    for gaps in gaps_per_stream:
+        baseline_gaps += [b - a for a, b in gaps if lo <= a and b <= hi]
+        window_gaps += [b - a for a, b in gaps if mixed_window[0] <= a and b <= mixed_window[1]]
+        after.append([b - a for a, b in gaps if a >= mixed_window[1] - _EPS_S][:20])
+    if not baseline_gaps:
+        raise ProbeError("no decode tokens arrived during the baseline window; is it streaming?")
+    if not window_gaps:
+        raise ProbeError("no decode iteration fell inside the burst; the burst was too short")
+    scale_ms = 1000.0 * seconds_per_unit
+    baseline = statistics.fmean(baseline_gaps)
+    # Mixed iterations are the ones the burst slowed. An iteration that only finishes a few
+    # leftover prompt tokens runs at decode speed; the study's mixed times (one full-budget
+    # step for 4 x 2048 at 8 to 64 decodes) do not count it either.
+    mixed_gaps = [g for g in window_gaps if g > baseline * (1 + slowed_margin)] or window_gaps
+    baseline_ms = baseline * scale_ms
+    mixed_ms = statistics.fmean(mixed_gaps) * scale_ms
+    # Iteration by iteration after the burst, averaged over the streams.
+    recovery_gaps_ms = [
+        statistics.fmean(column) * scale_ms for column in zip(*after, strict=False) if column
+    ]
+    recovery_iterations = next(
+        (
+            i + 1
+            for i, gap in enumerate(recovery_gaps_ms)
+            if gap <= baseline_ms * (1 + RECOVERY_TOLERANCE)
+        ),
+        len(recovery_gaps_ms) + 1,
+    )
+    return ProbeResult(
+        num_decode=settings.num_decode,
+        num_prefill=settings.num_prefill,
+        prefill_len=settings.prefill_len,
+        baseline_ms=baseline_ms,
+        mixed_ms=mixed_ms,
+        recovery_ms=statistics.fmean(recovery_gaps_ms) if recovery_gaps_ms else float("nan"),
+        num_mixed_iterations=round(len(mixed_gaps) / max(1, len(gaps_per_stream))),
+        recovery_iterations=recovery_iterations,
+        recovery_gaps_ms=recovery_gaps_ms[:5],
+    )
+
+
+def analyse_burst(
+    streams: Sequence[_TokenTimes],
+    baseline_window: tuple[float, float],
+    burst: _BurstTimes,
+    settings: ProbeSettings,
+) -> ProbeResult:
+    """One burst, in engine time when the server stamps it, else in arrival time."""
+    if burst.engine_arrival_s is not None and all(s.engine for s in streams):
+        # Engine time: the window runs from the burst's arrival at the engine to its last
+        # token; the baseline window is mapped through the stamps of the tokens inside it.
+        gaps = [list(itertools.pairwise(s.engine)) for s in streams]
+        inside = [
+            e
+            for s in streams
+            for c, e in zip(s.arrival, s.engine, strict=False)
+            if baseline_window[0] <= c <= baseline_window[1]
+        ]
+        if not inside:
+            raise ProbeError("no decode tokens arrived during the baseline window")
+        assert burst.engine_done_s is not None
+        mixed = (burst.engine_arrival_s, burst.engine_done_s + _EPS_S)
+        return analyse(gaps, (min(inside), max(inside)), mixed, settings)
+    gaps = [list(itertools.pairwise(s.arrival)) for s in streams]
+    typical = statistics.median(b - a for g in gaps for a, b in g[-50:]) if gaps else 0.0
+    # A token that lands within half a typical gap of the burst's end came with it.
+    mixed = (burst.sent, burst.done + typical / 2)
+    # Arrival times jitter, so a gap must stand out more to count as slowed.
+    return analyse(gaps, baseline_window, mixed, settings, settings.time_scale, 0.10)
+
+
+# ----- the protocol (I/O) -------------------------------------------------------------------
+
+
+@dataclass
+class _TokenTimes:
+    """When each token arrived (monotonic clock) and, if the server stamps it, when the
+    engine made it (engine clock)."""
+
+    arrival: list[float] = field(default_factory=list)
+    engine: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _BurstTimes:
+    sent: float
+    done: float
+    engine_arrival_s: float | None
+    engine_done_s: float | None
+
+
+def _stamp(line: str, key: str) -> float | None:
+    """A numeric field of an SSE JSON line, found without parsing the whole line."""
+    at = line.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = start
+    while end < len(line) and line[end] not in ",}":
+        end += 1
+    try:
+        return float(line[start:end])
+    except ValueError:
+        return None
+
+
+class _DecodeStream(_TokenTimes):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = asyncio.Event()
+        self.tick = asyncio.Event()
+        self.error: BaseException | None = None
+
+
+async def run_probe(
+    settings: ProbeSettings, client: httpx.AsyncClient | None = None
+) -> ProbeResult:
+    """One probe condition; returns its result or raises ProbeError."""
+    own_client = client is None
+    if client is None:
+        client = _client(settings)
+    try:
+        model = settings.model or await discover_model(client, settings.url)
+        return await _run(settings, client, model)
+    finally:
+        if own_client:
+            await client.aclose()
+
+
+async def run_heatmap(
+    base: ProbeSettings, num_prefills: Sequence[int], prefill_lens: Sequence[int]
+) -> list[ProbeResult]:
+    """One probe per (num_prefill, prefill_len) cell, row by row."""
+    results = []
+    async with _client(base) as client:
+        model = base.model or await discover_model(client, base.url)
+        for num_prefill in num_prefills:
+            for prefill_len in prefill_lens:
+                cell = ProbeSettings(
+                    **{**base.__dict__, "num_prefill": num_prefill, "prefill_len": prefill_len}
+                )
+                results.append(await _run(cell, client, model))
+    return results
+
+
+def _client(settings: ProbeSettings) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=settings.num_decode + settings.num_prefill + 8)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(settings.request_timeout_s))
+
+
+async def discover_model(client: httpx.AsyncClient, url: str) -> str:
+    try:
+        response = await client.get(f"{url}/v1/models")
+        response.raise_for_status()
+        return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
+        raise ProbeError(
+            f"cannot list models at {url}/v1/models ({error}); check --url or pass --model"
+        ) from None
+
+
+def _prompt(length: int) -> list[int]:
+    # A distinct first token per request defeats prefix caching; ids stay small for any vocab.
+    salt = next(_token_salts)
+    return [10 + (salt * 7919 + i * 31) % 900 for i in range(length)]
+
+
+async def _decode(
+    client: httpx.AsyncClient, url: str, model: str, settings: ProbeSettings, stream: _DecodeStream
+) -> None:
+    body = {
+        "model": model,
+        "prompt": _prompt(settings.decode_prompt_len),
+        "max_tokens": settings.decode_max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    try:
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise ProbeError(f"decode stream refused: {response.status_code} {response.text}")
+            async for line in response.aiter_lines():
+                # One SSE event per token (the closing [DONE] is not JSON).
+                if line.startswith("data: {"):
+                    stream.arrival.append(time.monotonic())
+                    stamp = _stamp(line, _ENGINE_TIME)
+                    if stamp is not None:
+                        stream.engine.append(stamp)
+                    stream.first.set()
+                    stream.tick.set()
+    except (httpx.HTTPError, ProbeError) as error:
+        stream.error = error
+        stream.first.set()
+
+
+def _prefill_body(model: str, length: int) -> bytes:
+    body = {
+        "model": model,
+        "prompt": _prompt(length),
+        "max_tokens": 1,
+        "ignore_eos": True,
+        # Streamed, so its one token comes back the way the decode tokens do.
+        "stream": True,
+    }
+    return json.dumps(body).encode()
+
+
+class _Burst:
+    """The burst's requests, written to already-open connections back to back.
+
+    Plain HTTP/1.1 on asyncio streams rather than an HTTP client: a client library spends
+    about a millisecond per request, which would spread a 16-request burst over more than
+    one engine iteration. The bodies are encoded before the burst; sending is one write each.
+    """
+
+    def __init__(self, url: str, bodies: Sequence[bytes]) -> None:
+        parsed = httpx.URL(url)
+        if parsed.scheme != "http":
+            raise ProbeError(f"the burst needs a plain http:// URL, got {url}")
+        self.host = parsed.host
+        self.port = parsed.port or 80
+        path = (parsed.path.rstrip("/") or "") + "/v1/completions"
+        self.requests = [
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            + body
+            for body in bodies
+        ]
+        self.connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def connect(self) -> None:
+        self.connections = [
+            await asyncio.open_connection(self.host, self.port) for _ in self.requests
+        ]
+
+    def send(self) -> None:
+        for (_, writer), request in zip(self.connections, self.requests, strict=True):
+            writer.write(request)
+
+    async def wait(self) -> list[tuple[float, float | None, float | None]]:
+        """Per request: when its token arrived, and the engine's stamps if it gives them."""
+        return list(await asyncio.gather(*(_first_token(r) for r, _ in self.connections)))
+
+    async def close(self) -> None:
+        for _, writer in self.connections:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+async def _first_token(reader: asyncio.StreamReader) -> tuple[float, float | None, float | None]:
+    seen = b""
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            status = seen.split(b"\r\n", 1)[0].decode(errors="replace")
+            raise ProbeError(
+                f"a prefill request ended without a token ({status}); is --prefill-len within "
+                "the server's max model length?"
+            )
+        arrived = time.monotonic()
+        seen += data
+        at = seen.find(b"data: {")
+        if at >= 0 and seen.find(b"\n", at) >= 0:
+            line = seen[at : seen.find(b"\n", at)].decode(errors="replace")
+            return arrived, _stamp(line, _ENGINE_TIME), _stamp(line, _ENGINE_ARRIVAL)
+
+
+async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -> ProbeResult:
+    scale = settings.time_scale
+    url = settings.url.rstrip("/")
+    streams = [_DecodeStream() for _ in range(settings.num_decode)]
+    tasks = [asyncio.create_task(_decode(client, url, model, settings, s)) for s in streams]
+    try:
+        # 1. PRIME
+        await _bounded(
+            asyncio.gather(*(s.first.wait() for s in streams)),
+            settings.request_timeout_s,
+            "waiting for every decode stream's first token",
+        )
+        for s in streams:
+            if s.error is not None:
+                raise ProbeError(f"a decode stream failed while priming: {s.error}")
+        await asyncio.sleep(settings.settle_s / scale)
+        # 2. BASELINE
+        baseline_start = time.monotonic()
+        await asyncio.sleep(settings.baseline_s / scale)
+        baseline_end = time.monotonic()
+        bursts: list[_BurstTimes] = []
+        for _ in range(settings.num_bursts):
+            # 3. INJECT, just after a decode token so the burst lands early in an iteration.
+            burst = _Burst(
+                url,
+                [_prefill_body(model, settings.prefill_len) for _ in range(settings.num_prefill)],
+            )
+            await burst.connect()
+            streams[0].tick.clear()
+            await _bounded(streams[0].tick.wait(), settings.request_timeout_s, "a decode token")
+            inject_sent = time.monotonic()
+            burst.send()
+            firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
+            await burst.close()
+            arrivals = [a for _, _, a in firsts]
+            stamps = [e for _, e, _ in firsts]
+            stamped = None not in arrivals and None not in stamps
+            bursts.append(
+                _BurstTimes(
+                    sent=inject_sent,
+                    done=max(t for t, _, _ in firsts),
+                    engine_arrival_s=min(a for a in arrivals if a is not None) if stamped else None,
+                    engine_done_s=max(e for e in stamps if e is not None) if stamped else None,
+                )
+            )
+            # 4. RECOVERY
+            await asyncio.sleep(settings.recovery_s / scale)
+    finally:
+        # 5. CLEANUP: closing the streams aborts them on the server.
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    for s in streams:
+        if s.error is not None:
+            raise ProbeError(f"a decode stream failed during the probe: {s.error}")
+        if len(s.arrival) >= settings.decode_max_tokens:
+            raise ProbeError("a decode stream ran out of tokens; raise decode_max_tokens")
+    results = [
+        analyse_burst(streams, (baseline_start, baseline_end), burst, settings) for burst in bursts
+    ]
+    results.sort(key=lambda r: r.interference_pct)
+    return results[len(results) // 2]
+
+
+async def _bounded(awaitable, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except TimeoutError:
+        raise ProbeError(f"timed out after {timeout_s:.0f} s {what}") from None
+
+
+def format_heatmap(
+    results: Sequence[ProbeResult], measured: dict[tuple[int, int], str] | None = None
+) -> str:
+    """Rows of num_prefill, columns of prefill_len; measured figures beside when given."""
+    lens = sorted({r.prefill_len for r in results})
+    rows = sorted({r.num_prefill for r in results})
+    by_cell = {(r.num_prefill, r.prefill_len): r for r in results}
+    width = 16 if measured else 8
+    lines = ["num_prefill \\ len " + "".join(f"{n:>{width}}" for n in lens)]
+    for row in rows:
+        cells = []
+        for n in lens:
+            result = by_cell.get((row, n))
+            text = f"{result.interference_pct:+.0f}%" if result else "-"
+            if measured is not None:
+                text = f"{text} ({measured.get((row, n), '?')})"
+            cells.append(f"{text:>{width}}")
+        lines.append(f"{row:>17} " + "".join(cells))
+    return "\n".join(lines)
