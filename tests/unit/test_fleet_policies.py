@@ -94,3 +94,11 @@ def test_kpa_does_not_scale_down_while_panicking() -> None:
     # A whole stable window after the last panic condition, the stable average rules again.
     after = [policy.decide(view(float(t), [1, 1, 1, 1])) for t in range(182, 400, 2)]
     assert after[-1].replicas < 4 and not after[-1].reason.startswith("panic")
+
+
+def test_hpa_behavior_holds_the_starting_count_for_one_window() -> None:
+    # A run starts mid-day: the controller has recommended the current count all along.
+    behavior = HpaBehavior(1, 100)
+    assert behavior.apply(15.0, 6, 1) == 6
+    assert behavior.apply(310.0, 6, 1) == 6  # 15 s + 300 s not yet passed
+    assert behavior.apply(316.0, 6, 1) == 1

@@ -3,8 +3,12 @@
 The peak is the window (default 5 min) with the most prompt plus output tokens. The fewest
 replicas whose fixed fleet meets the attainment goal on that window are found by doubling and
 then bisection (attainment does not fall as replicas are added: the balancer only spreads load
-thinner). The mean running requests per replica in that run is the load a replica sustains
-within the SLOs: the target the HPA and KPA baselines scale on.
+thinner).
+
+The HPA and KPA baselines need a target in running requests per replica: what one replica
+carries while still meeting the SLOs. It is measured, not guessed: the peak window is replayed
+on one replica at rising rates (doubling, then bisection on the rate factor) and the target is
+the mean running requests at the fastest rate that still meets the attainment goal.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from tokenpilot.core.fleet.policies.static import StaticPolicy
 from tokenpilot.core.fleet.results import FleetResult
 from tokenpilot.core.fleet.simulator import simulate
 from tokenpilot.core.sim import EngineConfig, StepTimer
-from tokenpilot.core.workload import Trace, window
+from tokenpilot.core.workload import Trace, scale_rate, window
+
+MAX_RATE_FACTOR = 64.0
+NUM_BISECTIONS = 5
 
 DEFAULT_PEAK_WINDOW_S = 300.0
 DEFAULT_MIN_ATTAINMENT = 0.99
@@ -112,13 +119,53 @@ def _size_window(
             f"{run(high).attainment:.1%} on the {label} {peak_window_s:g} s"
         )
     result = run(high)
-    running = result.timeline.num_running
-    per_replica = sum(running) / len(running) / high if running else 0.0
     return Sizing(
         replicas=high,
-        target_running_per_replica=max(1.0, round(per_replica, 1)),
+        target_running_per_replica=_capacity_running(
+            peak, fleet, engine_config, timer, min_attainment
+        ),
         peak_start_s=start_s,
         peak_window_s=end_s - start_s,
         peak_attainment=result.attainment,
         reason=reason,
     )
+
+
+def _capacity_running(
+    peak: Trace,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    min_attainment: float,
+) -> float:
+    """Mean running requests on one replica at the fastest replay of `peak` that meets the goal."""
+    one = replace(fleet, initial_replicas=1, min_replicas=1, max_replicas=1)
+
+    def run(factor: float) -> FleetResult:
+        return simulate(scale_rate(peak, factor), StaticPolicy(1), one, engine_config, timer)
+
+    def mean_running(result: FleetResult) -> float:
+        running = result.timeline.num_running
+        return sum(running) / len(running) if running else 0.0
+
+    if not peak.requests:
+        return 1.0
+    good, bad = 0.0, None
+    factor = 1.0 / 64
+    best = 0.0
+    while factor <= MAX_RATE_FACTOR:
+        result = run(factor)
+        if result.attainment < min_attainment:
+            bad = factor
+            break
+        good, best = factor, mean_running(result)
+        factor *= 2
+    if bad is not None and good > 0:
+        for _ in range(NUM_BISECTIONS):
+            mid = (good + bad) / 2
+            result = run(mid)
+            if result.attainment >= min_attainment:
+                good, best = mid, mean_running(result)
+            else:
+                bad = mid
+    return max(1.0, round(best, 1))

@@ -70,6 +70,10 @@ class HpaBehavior:
     _recommendations: deque[tuple[float, int]] = field(default_factory=deque)
 
     def apply(self, now_s: float, current: int, recommended: int) -> int:
+        if not self._recommendations:
+            # The trace is cut from a longer day: the controller has been recommending the
+            # current count for a whole window already, so it cannot drop at its first sync.
+            self._recommendations.append((now_s, current))
         self._recommendations.append((now_s, recommended))
         horizon_s = now_s - self.scale_down_stabilization_s
         while self._recommendations and self._recommendations[0][0] < horizon_s:
