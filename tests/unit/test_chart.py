@@ -178,6 +178,22 @@ def test_monitoring_values_embed_the_generated_rules_and_dashboards() -> None:
     assert Path(dashboard_path("fleet")).name in boards
 
 
+def test_a_long_release_name_still_gives_unique_valid_names() -> None:
+    args = [
+        "template",
+        "r" * 53,
+        str(CHART),
+        "-f",
+        str(REPO / "e2e" / "values" / "monitoring.yaml"),
+    ]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    manifests = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    keys = [(m["kind"], m["metadata"]["name"]) for m in manifests]
+    assert len(keys) == len(set(keys)), "two objects of one kind share a name"
+    assert all(len(name) <= 63 for _, name in keys)
+
+
 def test_optional_objects_are_off_by_default() -> None:
     kinds = {m["kind"] for m in render()}
     assert not kinds & {"ServiceMonitor", "PrometheusRule"}

@@ -54,10 +54,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* "<fullname>-<suffix>" within 63 characters: the full name is shortened, never the suffix,
+so two suffixed names of one release never collide. Call with (list . "suffix"). */}}
+{{- define "tokenpilot.suffixed" -}}
+{{- $root := index . 0 -}}
+{{- $suffix := index . 1 -}}
+{{- $room := sub 62 (len $suffix) | int -}}
+{{- printf "%s-%s" (include "tokenpilot.fullname" $root | trunc $room | trimSuffix "-") $suffix -}}
+{{- end -}}
+
 {{- define "tokenpilot.gpuProfilesName" -}}
-{{- printf "%s-gpu-profiles" (include "tokenpilot.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "tokenpilot.suffixed" (list . "gpu-profiles") -}}
 {{- end -}}
 
 {{- define "tokenpilot.metricsServiceName" -}}
-{{- printf "%s-metrics" (include "tokenpilot.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "tokenpilot.suffixed" (list . "metrics") -}}
 {{- end -}}
