@@ -211,3 +211,46 @@ def test_the_installed_operator_reconciles_a_sample(
     eventually(ready, timeout_s=180, what=f"LLMService {name} to report ready replicas")
     page = httpx.get(metrics, timeout=5, trust_env=False).text
     assert f'tokenpilot_desired_replicas{{namespace="{namespace}",llmservice="{name}"}}' in page
+
+
+def test_an_upgrade_keeps_the_values_given_at_install(
+    release: str, kubeconfig: Path, namespace: str
+) -> None:
+    must(
+        run(
+            "helm",
+            "upgrade",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--reuse-values",
+            "--set",
+            "operator.verbose=true",
+            "--timeout",
+            "2m",
+            kubeconfig=kubeconfig,
+        )
+    )
+    values = yaml.safe_load(
+        must(
+            run(
+                "helm",
+                "get",
+                "values",
+                release,
+                "-n",
+                namespace,
+                "-o",
+                "yaml",
+                kubeconfig=kubeconfig,
+            )
+        )
+    )
+    assert values["serviceMonitor"]["enabled"] is True  # from monitoring.yaml at install
+    assert values["operator"] == {"watchNamespaces": [namespace], "verbose": True}
+    deployment = get_json("deployment", f"{release}-tokenpilot", namespace, kubeconfig)
+    assert deployment is not None
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert f"--namespace={namespace}" in container["args"] and "--verbose" in container["args"]
+    assert get_json("servicemonitor", f"{release}-tokenpilot", namespace, kubeconfig)
