@@ -23,6 +23,7 @@ done
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || { echo "run-kind: $tool not found on PATH" >&2; exit 1; }
 done
+[ -x .venv/bin/pytest ] || { echo "run-kind: no .venv; run \`make venv\` first" >&2; exit 1; }
 
 cluster=tokenpilot-e2e
 version=$(sed -n 's/^appVersion: "\(.*\)"/\1/p' helm/tokenpilot/Chart.yaml)
@@ -64,9 +65,22 @@ helm upgrade --install tokenpilot helm/tokenpilot \
   --wait --timeout 5m
 helm test tokenpilot --namespace "$namespace" --timeout 2m
 
-if [ -d samples ] && compgen -G "samples/*.yaml" >/dev/null; then
-  kubectl apply --server-side -f samples/
-fi
+# The samples name the GPU vLLM image; on kind's CPU-only nodes they run the engine simulator,
+# which takes the same `vllm serve` flags.
+.venv/bin/python - "${images[1]}" samples/*.yaml <<'PY' | kubectl apply --server-side -f -
+import sys
+
+import yaml
+
+image, paths = sys.argv[1], sys.argv[2:]
+docs = []
+for path in paths:
+    for doc in yaml.safe_load_all(open(path)):
+        if doc and doc.get("kind") == "LLMService":
+            doc["spec"].setdefault("engine", {})["image"] = image
+            docs.append(doc)
+print(yaml.safe_dump_all(docs, sort_keys=False))
+PY
 
 # The suite finds this cluster through TOKENPILOT_KUBECONFIG (see tests/conftest.py).
 TOKENPILOT_KUBECONFIG="$kubeconfig" TOKENPILOT_E2E_RELEASE="$namespace/tokenpilot" \

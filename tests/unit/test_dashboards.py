@@ -186,3 +186,22 @@ def test_check_mode_names_a_file_edited_by_hand(tmp_path: Path) -> None:
     edited = dashboard_path("fleet")
     (tmp_path / edited).write_text(files[edited].replace("Fleet SLOs", "Fleet"))
     assert stale_files(tmp_path, files) == [edited]
+
+
+def test_the_command_writes_then_checks_then_catches_a_stale_file(tmp_path: Path) -> None:
+    from tokenpilot.cli import main
+
+    out = tmp_path / "files"
+    assert main(["dashboards", "--out", str(out)]) == 0
+    assert main(["dashboards", "--out", str(out), "--check"]) == 0
+    rules = out / "rules" / "tokenpilot.rules.yaml"
+    rules.write_text(rules.read_text().replace("14.4", "10"))
+    assert main(["dashboards", "--out", str(out), "--check"]) == 1
+
+
+def test_the_command_refuses_a_file_as_output(tmp_path: Path) -> None:
+    from tokenpilot.cli import main
+
+    target = tmp_path / "file"
+    target.write_text("")
+    assert main(["dashboards", "--out", str(target)]) == 2
