@@ -4,13 +4,15 @@ started, pod processes included, and removes the state directory."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 from kubernetes import client, config
 
-from tokenpilot.tooling.devcluster import cluster, procs
+from tokenpilot.tooling.devcluster import cluster, paths, procs
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -83,3 +85,26 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     assert not _processes_mentioning(str(state_dir)), "a process still refers to the state dir"
     assert not state_dir.exists()
     assert pids  # the PIDs we checked were real
+
+
+def test_a_cluster_whose_owner_died_is_swept() -> None:
+    """A test session or demo killed before its teardown leaves its cluster for the next to
+    remove; a cluster whose owner lives is left alone."""
+    prefix = f"sweeptest-{os.getpid()}-"  # only this test's clusters match
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        orphan = cluster.up(cluster.UpOptions(name=prefix + "a", owner_pid=owner.pid))
+        lives = cluster.up(cluster.UpOptions(name=prefix + "b", owner_pid=os.getpid()))
+        assert cluster.sweep_orphans(prefix) == []
+        owner.kill()
+        owner.wait(timeout=10)
+        assert cluster.sweep_orphans(prefix) == [orphan.state_dir]
+        assert not orphan.state_dir.exists()
+        assert not any(procs.is_alive(p) for p in orphan.processes)
+        assert all(procs.is_alive(p) for p in lives.processes)
+    finally:
+        owner.kill()
+        for name in ("a", "b"):
+            state_dir = paths.default_state_dir(prefix + name)
+            if state_dir.exists():
+                cluster.down(state_dir)

@@ -7,15 +7,17 @@ Bounded: every wait has a timeout, and the cluster is taken down on success, fai
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
 
 import httpx
 
-from tokenpilot.tooling.devcluster import cluster, kube, paths, state
+from tokenpilot.tooling.devcluster import cluster, kube, paths
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 
+CLUSTER_PREFIX = "interim-demo-"
 NAMESPACE = "demo"
 APP = "sample-gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -140,12 +142,16 @@ def _show_workload(kubeconfig: str, replicas: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    state_dir = paths.default_state_dir("demo")
+    # A name of its own per run, so a demo never trips over another one running on the machine;
+    # a run killed before its teardown is cleaned up by the next.
+    name = f"{CLUSTER_PREFIX}{os.getpid()}"
+    state_dir = paths.default_state_dir(name)
     try:
-        if state_dir.exists() and state.is_ours(state_dir):
-            _say(f"removing the previous demo cluster at {state_dir}")
-            cluster.down(state_dir)
-        st = cluster.up(cluster.UpOptions(name="demo", state_dir=state_dir), progress=_say)
+        cluster.sweep_orphans(CLUSTER_PREFIX, progress=_say)
+        st = cluster.up(
+            cluster.UpOptions(name=name, state_dir=state_dir, owner_pid=os.getpid()),
+            progress=_say,
+        )
     except DevClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -158,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         if args.keep:
             _say(
                 f"\ncluster left running: export KUBECONFIG={st.kubeconfig}; "
-                "stop it with `tokenpilot dev-cluster down --name demo`"
+                f"stop it with `tokenpilot dev-cluster down --name {name}`"
             )
         else:
             _say("")

@@ -54,6 +54,7 @@ class UpOptions:
     apiserver_port: int | None = None
     pod_cidr: str | None = None
     pod_runner: bool = True
+    owner_pid: int | None = None  # see `sweep_orphans`
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     def resolved_state_dir(self) -> Path:
@@ -137,6 +138,10 @@ def up(options: UpOptions, progress: Progress = lambda _m: None) -> state.Cluste
     if state_dir.exists():
         state.check_reusable(state_dir)
     st = state.create(state_dir, options.name)
+    if options.owner_pid is not None:
+        ticks = procs.start_ticks(options.owner_pid) or 0
+        st.owner = procs.ProcessRef("owner", options.owner_pid, ticks, "")
+        st.save()
     try:
         _start(st, options, binaries, pools, images, apiserver_port, progress)
     except BaseException:
@@ -298,6 +303,25 @@ def down(state_dir: Path, progress: Progress = lambda _m: None) -> list[procs.Pr
     state.remove(state_dir)
     progress(f"dev cluster {st.name!r} is down; removed {state_dir}")
     return stopped
+
+
+def sweep_orphans(prefix: str, progress: Progress = lambda _m: None) -> list[Path]:
+    """Take down clusters named `<prefix>*` whose owner process is gone (killed before its
+    own teardown could run); clusters without an owner are never touched."""
+    swept = []
+    for state_dir in sorted(paths.default_state_dir(prefix).parent.glob(f"{prefix}*")):
+        try:
+            st = state.load(state_dir)
+        except StateDirError:
+            continue  # starting right now, or not ours
+        if st.owner is not None and not procs.is_alive(st.owner):
+            progress(f"taking down orphaned dev cluster {st.name!r} (owner pid {st.owner.pid})")
+            try:
+                down(state_dir)
+            except DevClusterError:
+                continue  # a concurrent sweep got there first
+            swept.append(state_dir)
+    return swept
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,6 @@ fix (`make tools`); it never skips.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import secrets
@@ -33,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tokenpilot.tooling.devcluster import cluster, kube, paths, procs, state
+from tokenpilot.tooling.devcluster import cluster, kube, paths, state
 from tokenpilot.tooling.devcluster.errors import DevClusterError
 
 T = TypeVar("T")
@@ -102,25 +100,6 @@ def _start_or_reuse(name: str) -> DevCluster:
 
 
 SESSION_PREFIX = "pytest-"
-OWNER_FILE = "pytest-owner.json"
-
-
-def _record_owner(state_dir: Path) -> None:
-    me = procs.ProcessRef("pytest", os.getpid(), procs.start_ticks(os.getpid()) or 0, "")
-    (state_dir / OWNER_FILE).write_text(json.dumps(me.to_json()))
-
-
-def _sweep_orphans() -> None:
-    """Take down session clusters whose pytest process is gone (killed before its teardown)."""
-    root = paths.default_state_dir(SESSION_PREFIX).parent
-    for state_dir in root.glob(f"{SESSION_PREFIX}*"):
-        try:
-            owner = procs.ProcessRef.from_json(json.loads((state_dir / OWNER_FILE).read_text()))
-        except (OSError, ValueError, KeyError):
-            continue  # still starting, or not a session cluster
-        if not procs.is_alive(owner):
-            with contextlib.suppress(DevClusterError):
-                cluster.down(state_dir)
 
 
 @pytest.fixture(scope="session")
@@ -136,11 +115,11 @@ def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
         if request.config.getoption("--reuse-dev-cluster"):
             yield _start_or_reuse(request.config.getoption("--dev-cluster-name"))
             return
-        _sweep_orphans()
+        # A session killed before its teardown leaves a cluster behind; the next one removes it.
+        cluster.sweep_orphans(SESSION_PREFIX)
         name = f"{SESSION_PREFIX}{os.getpid()}"
         state_dir = paths.default_state_dir(name)
-        st = cluster.up(cluster.UpOptions(name=name, state_dir=state_dir))
-        _record_owner(state_dir)
+        st = cluster.up(cluster.UpOptions(name=name, state_dir=state_dir, owner_pid=os.getpid()))
     except DevClusterError as exc:
         pytest.fail(f"dev cluster: {exc}", pytrace=False)
     try:

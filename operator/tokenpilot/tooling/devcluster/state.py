@@ -32,6 +32,9 @@ class ClusterState:
     pod_cidr: str = ""
     ports: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRef] = field(default_factory=list)
+    # The process the cluster lives for (a test session, a demo run); once it is gone the
+    # cluster is an orphan and `cluster.sweep_orphans` takes it down.
+    owner: ProcessRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +45,7 @@ class ClusterState:
             "podCIDR": self.pod_cidr,
             "ports": self.ports,
             "processes": [p.to_json() for p in self.processes],
+            "owner": self.owner.to_json() if self.owner else None,
         }
 
     def save(self) -> None:
@@ -113,6 +117,7 @@ def load(state_dir: Path) -> ClusterState:
             pod_cidr=str(data.get("podCIDR", "")),
             ports={str(k): int(v) for k, v in data.get("ports", {}).items()},
             processes=[ProcessRef.from_json(p) for p in data.get("processes", [])],
+            owner=ProcessRef.from_json(data["owner"]) if data.get("owner") else None,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StateDirError(
@@ -123,6 +128,8 @@ def load(state_dir: Path) -> ClusterState:
 
 
 def remove(state_dir: Path) -> None:
+    if not state_dir.exists():
+        return  # already gone (a concurrent `down`)
     if not is_ours(state_dir):
         raise StateDirError(f"refusing to delete {state_dir}: it has no {MARKER} marker.")
     shutil.rmtree(state_dir)
