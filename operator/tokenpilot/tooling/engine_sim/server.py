@@ -11,11 +11,12 @@ its sequence aborted, which frees its KV blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -395,3 +396,23 @@ async def serve(server: EngineSimServer, host: str, port: int) -> web.AppRunner:
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     return runner
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: EngineConfig,
+    timer: StepTimer,
+    served: ServedModel,
+    time_scale: float = 1.0,
+    host: str = "127.0.0.1",
+) -> AsyncIterator[tuple[EngineSimServer, str]]:
+    """An engine-sim on a free loopback port for the duration of a block: (server, base URL).
+
+    For tests and benchmarks that drive it over HTTP from the same process."""
+    server = EngineSimServer(config, timer, served, time_scale)
+    runner = await serve(server, host, 0)
+    try:
+        port = runner.addresses[0][1]
+        yield server, f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
