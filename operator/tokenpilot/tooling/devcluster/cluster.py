@@ -193,7 +193,8 @@ def _start(
         kwokconfig.render(
             pod_cidr=st.pod_cidr,
             server_address=f"127.0.0.1:{st.ports['kwok']}",
-            image_regex=images.regex(),
+            # Without a pod runner nothing runs for real, so every pod is a kwok fake.
+            image_regex=images.regex() if options.pod_runner else "",
             kubelet_version=KUBERNETES_VERSION,
         )
     )
