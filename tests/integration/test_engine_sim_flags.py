@@ -1,0 +1,123 @@
+"""engine-sim takes `vllm serve`'s flags: as the renderer and the pod runner pass them."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tokenpilot.tooling.engine_sim import options, timing
+
+
+def test_flags_a_renderer_emits_are_understood() -> None:
+    opts = options.parse(
+        [
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--served-model-name", "chat", "llama",
+            "--max-num-batched-tokens", "4096",
+            "--max_num_seqs=64",
+            "--max-model-len=16384",
+            "--tensor-parallel-size", "2",
+            "--gpu-memory-utilization", "0.85",
+            "--no-enable-chunked-prefill",
+            "--disable-log-requests",
+            "--dtype", "bfloat16",
+            "--host", "0.0.0.0", "--port", "8000",
+            "--host", "10.0.0.7", "--port", "9001",  # the pod runner appends its own
+        ]
+    )  # fmt: skip
+    assert opts.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert opts.served_model_names == ("chat", "llama")
+    assert (opts.max_num_batched_tokens, opts.max_num_seqs, opts.max_model_len) == (
+        4096,
+        64,
+        16384,
+    )
+    assert opts.tensor_parallel_size == 2 and opts.gpu_memory_utilization == 0.85
+    assert opts.enable_chunked_prefill is False
+    assert (opts.host, opts.port) == ("10.0.0.7", 9001)
+    assert opts.ignored == ()
+
+
+def test_unknown_flags_are_kept_aside_not_fatal() -> None:
+    opts = options.parse(["m", "--some-future-flag", "--max-num-seqs", "8"])
+    assert opts.ignored == ("--some-future-flag",)
+    assert opts.max_num_seqs == 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--max-num-seqs", "0"], "--max-num-seqs"),
+        (["--max-num-batched-tokens", "-5"], "--max-num-batched-tokens"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--time-scale", "0"], "--time-scale"),
+        (["--port", "70000"], "--port"),
+    ],
+)
+def test_out_of_range_values_stop_the_start_naming_the_flag(argv: list[str], flag: str) -> None:
+    with pytest.raises(options.OptionsError, match=flag):
+        options.parse(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gpu", "TPU-9000"], "unknown GPU"),
+        (["--model-shape", "gpt-5"], "unknown model preset"),
+        (["--max-num-seqs", "512", "--max-num-batched-tokens", "256"], "--max-num-seqs"),
+        (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"], "chunked"),
+        (["--model-shape", "llama-3.1-70b", "--gpu", "L40S"], "does not fit"),
+    ],
+)
+def test_combinations_vllm_would_refuse_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(options.OptionsError, match=message):
+        timing.build(options.parse(argv))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_started_as_the_pod_runner_starts_it() -> None:
+    port = free_port()
+    container_args = ["tiny", "--served-model-name", "chat", "--max-num-seqs", "16",
+                      "--enable-chunked-prefill", "--fancy-new-flag", "--host", "0.0.0.0",
+                      "--port", "1"]  # fmt: skip
+    runner_args = ["--host", "127.0.0.1", "--port", str(port)]
+    args = [sys.executable, "-m", "tokenpilot.cli", "engine-sim", *container_args, *runner_args]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    output = proc.stdout.read() if proc.stdout else ""
+                    raise AssertionError(f"engine-sim did not start: {output}") from None
+                time.sleep(0.1)
+        assert [m["id"] for m in r.json()["data"]] == ["chat"]
+    finally:
+        proc.terminate()
+        output, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "ignoring flags the engine simulator does not know: --fancy-new-flag" in output
+
+
+def test_a_bad_value_exits_2_with_the_reason() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenpilot.cli", "engine-sim", "--max-num-seqs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--max-num-seqs must be at least 1" in proc.stderr
