@@ -9,11 +9,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # TokenPilot in its own virtualenv so its pins never touch vLLM's.
 COPY pyproject.toml README.md /src/tokenpilot/
 COPY operator /src/tokenpilot/operator
+COPY policies /src/tokenpilot/policies
 COPY engine-image/constraints.txt /src/tokenpilot/constraints.txt
 RUN python3 -m venv /opt/tokenpilot \
  && /opt/tokenpilot/bin/pip install --constraint /src/tokenpilot/constraints.txt /src/tokenpilot \
  && rm -rf /src/tokenpilot
-COPY policies /opt/tokenpilot/policies
 COPY engine-image/tokenpilot-calibrate.sh /usr/local/bin/tokenpilot-calibrate
 # The image's own ENTRYPOINT (vLLM's OpenAI server) is kept, so it stays a drop-in for the
 # official image; `command: [tokenpilot-calibrate]` runs a calibration instead.

@@ -10,6 +10,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
+# The built-in GPU profiles, installed as the package's data files (share/tokenpilot/gpus).
+COPY policies ./policies
 COPY engine-image/constraints.txt ./constraints.txt
 RUN python -m venv /opt/tokenpilot \
  && /opt/tokenpilot/bin/pip install --constraint constraints.txt . \
@@ -18,8 +20,6 @@ RUN python -m venv /opt/tokenpilot \
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/tokenpilot/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /opt/tokenpilot /opt/tokenpilot
-# Built-in GPU profiles; clusters add or override them through the chart's ConfigMap.
-COPY policies /opt/tokenpilot/policies
 USER 65532:65532
 
 FROM runtime AS engine-sim
