@@ -36,11 +36,17 @@ from tokenpilot.tooling.devcluster import (
     state,
 )
 from tokenpilot.tooling.devcluster.components import RUNNER_CHILDREN_FILE, SERVICE_IP, Timeouts
-from tokenpilot.tooling.devcluster.errors import DevClusterError, StateDirError, WaitTimeout
+from tokenpilot.tooling.devcluster.errors import (
+    ComponentFailed,
+    DevClusterError,
+    StateDirError,
+    WaitTimeout,
+)
 from tokenpilot.tooling.devcluster.versions import KUBERNETES_VERSION
 from tokenpilot.tooling.podrunner import imagemap
 
 Progress = Callable[[str], None]
+START_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -134,23 +140,36 @@ def up(options: UpOptions, progress: Progress = lambda _m: None) -> state.Cluste
     }
     pools = nodepools.load(options.node_pools)
     images = imagemap.load(options.image_map)
-    apiserver_port = ports.pick(options.apiserver_port, "kube-apiserver")
-    if state_dir.exists():
-        state.check_reusable(state_dir)
-    st = state.create(state_dir, options.name)
-    if options.owner_pid is not None:
-        ticks = procs.start_ticks(options.owner_pid) or 0
-        st.owner = procs.ProcessRef("owner", options.owner_pid, ticks, "")
-        st.save()
-    try:
-        _start(st, options, binaries, pools, images, apiserver_port, progress)
-    except BaseException:
-        # Nothing half-applied: stop whatever started, then drop the state dir.
-        _stop_all(st, progress=lambda _m: None)
-        state.remove(state_dir)
-        raise
+    for attempt in range(1, START_ATTEMPTS + 1):
+        apiserver_port = ports.pick(options.apiserver_port, "kube-apiserver")
+        if state_dir.exists():
+            state.check_reusable(state_dir)
+        st = state.create(state_dir, options.name)
+        if options.owner_pid is not None:
+            ticks = procs.start_ticks(options.owner_pid) or 0
+            st.owner = procs.ProcessRef("owner", options.owner_pid, ticks, "")
+            st.save()
+        try:
+            _start(st, options, binaries, pools, images, apiserver_port, progress)
+            break
+        except ComponentFailed as exc:
+            _abandon(st)
+            # A port picked free can be taken by someone else before our process binds it
+            # (other clusters start on the same machine); fresh ports fix that, nothing else.
+            if attempt == START_ATTEMPTS or "address already in use" not in str(exc):
+                raise
+            progress(f"a port was taken while starting ({exc.args[0].splitlines()[0]}); retrying")
+        except BaseException:
+            _abandon(st)
+            raise
     progress(f"dev cluster {options.name!r} up in {time.monotonic() - started:.1f} s")
     return st
+
+
+def _abandon(st: state.ClusterState) -> None:
+    """Nothing half-applied: stop whatever started, then drop the state dir."""
+    _stop_all(st, progress=lambda _m: None)
+    state.remove(st.state_dir)
 
 
 def _start(
