@@ -1,0 +1,169 @@
+"""The autoscaler on the dev cluster: engine-simulator pods, a burst, a scale-up, a calm return.
+
+The operator runs in-process; the sample service's engine pods are engine simulators started by
+the pod runner. Each engine runs at most two sequences, so sixteen concurrent long requests
+build a queue of fourteen: 3.5x the target of four per replica, a panic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from _operator_harness import client_for, create, get_llms, operator_thread, sample
+
+from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube.apply import apply
+from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot.api.crd import crd
+from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+
+pytestmark = pytest.mark.cluster
+NAME = "llama-8b"
+INTERVAL_S = 2.0
+WINDOW_S = 10.0
+
+
+@pytest.fixture
+def client(kubeconfig: Path) -> KubeClient:
+    kube = client_for(kubeconfig)
+    apply(kube, crd())
+    path = RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")].path(
+        name="llmservices.serving.tokenpilot.dev"
+    )
+
+    def established() -> bool:
+        conditions = ((kube.get(path) or {}).get("status") or {}).get("conditions") or []
+        served = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return served and kube.get(LLMSERVICES.path("default")) is not None
+
+    eventually(established, timeout_s=30, what="the LLMService CRD to be established")
+    return kube
+
+
+@pytest.fixture
+def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
+    with operator_thread(kubeconfig, namespace, resync_s=2.0):
+        yield
+        # The autoscaler's daemon holds a finalizer: delete while the operator still runs.
+        client.request("DELETE", LLMSERVICES.path(namespace, NAME))
+        eventually(
+            lambda: client.get(LLMSERVICES.path(namespace, NAME)) is None,
+            timeout_s=30,
+            what="the LLMService to be deleted",
+        )
+
+
+def ready_pod_ips(client: KubeClient, namespace: str) -> list[str]:
+    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
+    return [
+        pod["status"]["podIP"]
+        for pod in items
+        if not pod["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+    ]
+
+
+def burst(url: str, model: str, stop: threading.Event, num_workers: int = 16) -> list[Any]:
+    """Long completions from `num_workers` threads until `stop`; returns their errors."""
+    errors: list[Any] = []
+
+    def worker() -> None:
+        with httpx.Client(timeout=60, trust_env=False) as http:
+            while not stop.is_set():
+                try:
+                    http.post(url, json={"model": model, "prompt": "hi", "max_tokens": 300})
+                except httpx.HTTPError as error:
+                    errors.append(error)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(num_workers)]
+    for thread in threads:
+        thread.start()
+    return errors
+
+
+def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
+    client: KubeClient, namespace: str, operator: None
+) -> None:
+    body = sample("llama-3.1-8b-h100.yaml", namespace)
+    body["spec"]["replicas"] = 1
+    body["spec"]["batching"].update({"maxNumSeqs": 2, "maxNumBatchedTokens": 2048})
+    body["spec"]["autoscaling"].update(
+        {
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "interval": f"{INTERVAL_S:g}s",
+            "scaleDownStabilization": f"{WINDOW_S:g}s",
+        }
+    )
+    create(client, body)
+
+    def one_ready_and_steady() -> bool:
+        status = get_llms(client, namespace, NAME).get("status", {})
+        autoscaling = status.get("autoscaling") or {}
+        return status.get("readyReplicas") == 1 and autoscaling.get("mode") == "steady"
+
+    eventually(one_ready_and_steady, timeout_s=120, what="one Ready replica, autoscaler steady")
+    (pod_ip,) = ready_pod_ips(client, namespace)
+
+    stop = threading.Event()
+    started_s = time.monotonic()
+    errors = burst(f"http://{pod_ip}:8000/v1/completions", body["spec"]["model"]["name"], stop)
+    try:
+
+        def scaled_up() -> int | None:
+            replicas = int(get_llms(client, namespace, NAME)["spec"]["replicas"])
+            return replicas if replicas > 1 else None
+
+        replicas = eventually(scaled_up, timeout_s=60, interval_s=0.2, what="a scale-up")
+        scale_up_s = time.monotonic() - started_s
+        # The queue builds within the first second; then at most two evaluations.
+        assert scale_up_s <= 1.0 + 2 * INTERVAL_S + 1.0, scale_up_s
+        assert replicas == 3  # panic: 1 ready x 3.5 pressure, capped by maxReplicas
+
+        def all_ready() -> bool:
+            status = get_llms(client, namespace, NAME).get("status", {})
+            return status.get("readyReplicas") == 3
+
+        eventually(all_ready, timeout_s=120, what="three Ready replicas")
+    finally:
+        stop.set()
+    stopped_s = time.monotonic()
+    assert not errors, errors[:3]
+
+    # Back to minReplicas, one step at a time, and never before the calm window has passed.
+    seen: list[tuple[float, int]] = []
+
+    def at_min() -> bool:
+        replicas = int(get_llms(client, namespace, NAME)["spec"]["replicas"])
+        seen.append((time.monotonic() - stopped_s, replicas))
+        return replicas == 1
+
+    eventually(at_min, timeout_s=120, interval_s=0.5, what="the return to minReplicas")
+    first_down_s = next(t for t, replicas in seen if replicas < 3)
+    assert first_down_s >= WINDOW_S, seen
+    assert sorted({replicas for _, replicas in seen}, reverse=True) in ([3, 2, 1], [2, 1])
+
+    events = client.request(
+        "GET",
+        RESOURCES[("v1", "Event")].path(namespace),
+        query={"fieldSelector": f"involvedObject.name={NAME}"},
+    ).get("items", [])
+    reasons = {event["reason"] for event in events}
+    assert "QueueOverTarget" in reasons and "SustainedHeadroom" in reasons, reasons
+    autoscaling = get_llms(client, namespace, NAME)["status"]["autoscaling"]
+    assert autoscaling["desiredReplicas"] == 1
+    steps = [seen[0]] + [b for a, b in itertools.pairwise(seen) if a[1] != b[1]]
+    print(
+        f"scale-up after {scale_up_s:.1f} s; after the burst: "
+        + ", ".join(f"{replicas} at {t:.1f} s" for t, replicas in steps)
+    )
