@@ -164,6 +164,15 @@ def test_hand_edit_of_the_deployment_comes_back(
 
     eventually(restored, timeout_s=30, what="the operator to undo the hand edit")
 
+    uid = (get_deployment(client, namespace, "llama-8b-l40s") or {})["metadata"]["uid"]
+    client.request("DELETE", deployments.path(namespace, "llama-8b-l40s"))
+
+    def recreated() -> bool:
+        d = get_deployment(client, namespace, "llama-8b-l40s")
+        return d is not None and d["metadata"]["uid"] != uid
+
+    eventually(recreated, timeout_s=30, what="the operator to recreate a deleted Deployment")
+
 
 def test_scale_subresource_drives_the_deployment(
     client: KubeClient, namespace: str, operator: None

@@ -76,7 +76,9 @@ def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-def deployment_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+def deployment_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
+) -> None:
     if namespace is None:
         return
     owner = next(
@@ -85,7 +87,11 @@ def deployment_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: A
     if owner is None:
         return
     stub = {"metadata": {"namespace": namespace, "name": owner["name"]}}
-    reconcile(_runtime(memo), stub, "deployment")
+    if type == "DELETED":
+        # Deleted by hand (not by the garbage collector, which takes the owner first): rebuild.
+        reconcile(_runtime(memo), stub, "deployment-deleted")
+    else:
+        reconcile(_runtime(memo), stub, "deployment", deployment=body)
 
 
 def resync_once(rt: Runtime) -> int:

@@ -84,19 +84,51 @@ def _plan(rt: Runtime, service: LLMService) -> Plan:
     )
 
 
-def reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
+# What each trigger already knows, so a reconcile reads only what it must:
+#   create      nothing exists yet: apply everything without reading first (apply is idempotent,
+#               so a create replayed after a restart is harmless)
+#   deployment  the event carries the Deployment; the Service and PDB wait for the resync
+#   update, resume, resync
+#               read each object and apply only what differs
+READ_NOTHING = frozenset({"create"})
+
+
+def reconcile(
+    rt: Runtime,
+    body: Mapping[str, Any],
+    trigger: str,
+    deployment: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Reconcile one service. `deployment` is the live Deployment when the trigger has it."""
     meta = body.get("metadata", {})
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     with rt.lock(namespace, name):
-        # Read it again under the lock: another trigger may have just written its status, and
-        # deciding from an older copy would repeat that write and its events.
-        fresh = rt.client.get(LLMSERVICES.path(namespace, name))
-        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-            return Outcome((), False, None)  # gone or going: owner references do the rest
-        return _reconcile(rt, fresh, trigger)
+        if trigger != "create":
+            # Read it again under the lock: another trigger may have just written its status,
+            # and deciding from an older copy would repeat that write and its events.
+            fresh = rt.client.get(LLMSERVICES.path(namespace, name))
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return Outcome((), False, None)  # gone or going: owner references do the rest
+            body = fresh
+        return _reconcile(rt, body, trigger, deployment)
 
 
-def _reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
+def _live(
+    rt: Runtime, manifest: dict[str, Any], trigger: str, deployment: Mapping[str, Any] | None
+) -> tuple[bool, dict[str, Any] | None]:
+    """(whether to compare at all, the live object) for one rendered manifest."""
+    if trigger in READ_NOTHING:
+        return True, None
+    if manifest["kind"] == "Deployment" and deployment is not None:
+        return True, dict(deployment)
+    if trigger == "deployment":
+        return False, None
+    return True, kube_apply.read(rt.client, manifest)
+
+
+def _reconcile(
+    rt: Runtime, body: Mapping[str, Any], trigger: str, deployment: Mapping[str, Any] | None
+) -> Outcome:
     try:
         service = LLMService.model_validate(dict(body))
     except ValidationError as exc:
@@ -127,7 +159,9 @@ def _reconcile(rt: Runtime, body: Mapping[str, Any], trigger: str) -> Outcome:
     else:
         sku_name, tuning = decided.facts.sku_name, decided.facts.tuning
         for manifest in decided.manifests:
-            live = kube_apply.read(rt.client, manifest)
+            compare, live = _live(rt, manifest, trigger, deployment)
+            if not compare:
+                continue
             why = "created" if live is None else difference(manifest, live)
             if why is not None:
                 live = kube_apply.apply(rt.client, manifest)
@@ -176,25 +210,31 @@ def _events(
             warning=warning,
         )
 
+    old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
+    tuned = None
+    if new_tuning and old_tuning != new_tuning:
+        tuned = (
+            f"{new_tuning['sku']}: maxNumBatchedTokens {new_tuning['maxNumBatchedTokens']}, "
+            f"maxNumSeqs {new_tuning['maxNumSeqs']} ({new_tuning['source']}): "
+            f"{new_tuning['reason']}"
+        )
     if applied:
         reason = "Applied" if trigger in ("create", "update", "resume") else "DriftCorrected"
-        post(reason, f"{trigger}: applied " + "; ".join(applied))
+        message = f"{trigger}: applied " + "; ".join(applied)
+        if tuned and old_tuning is None:
+            # The first tuning rides on the first apply: one Event, not two, per new service.
+            message, tuned = f"{message}; tuned {tuned}", None
+        post(reason, message)
     if before.get("phase") != after.get("phase"):
         phase = after.get("phase")
-        message = next(
-            (c["message"] for c in after.get("conditions", []) if c["type"] == phase),
-            "",
-        ) or next((c["message"] for c in after.get("conditions", []) if c["type"] == "Ready"), "")
+        conditions = after.get("conditions", [])
+        message = next((c["message"] for c in conditions if c["type"] == phase), "") or next(
+            (c["message"] for c in conditions if c["type"] == "Ready"), ""
+        )
         post(
             f"Phase{phase}",
             f"phase {before.get('phase')} -> {phase}: {message}",
             warning=phase in ("Infeasible", "Degraded"),
         )
-    old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
-    if new_tuning and old_tuning != new_tuning:
-        post(
-            "Tuned",
-            f"{new_tuning['sku']}: maxNumBatchedTokens {new_tuning['maxNumBatchedTokens']}, "
-            f"maxNumSeqs {new_tuning['maxNumSeqs']} ({new_tuning['source']}): "
-            f"{new_tuning['reason']}",
-        )
+    if tuned:
+        post("Tuned", tuned)
