@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenpilot.tooling.podrunner import probes
 from tokenpilot.tooling.podrunner.status import Observation, status_patch
@@ -175,3 +177,38 @@ def test_probe_timing_follows_the_spec() -> None:
         3,
         4,
     )
+
+
+_observations = st.builds(
+    Observation,
+    running=st.booleans(),
+    ready=st.booleans(),
+    restart_count=st.integers(0, 5),
+    started_at=st.just(T1),
+    waiting_reason=st.sampled_from([None, "ContainerCreating", "CrashLoopBackOff"]),
+    last_exit_code=st.one_of(st.none(), st.integers(0, 255)),
+    last_finished_at=st.just(T0),
+)
+
+
+@given(st.lists(_observations, min_size=1, max_size=3), st.booleans())
+def test_a_written_status_needs_no_second_write(observed: list[Observation], sidecar: bool) -> None:
+    """Property: once the API holds our patch, the same observations produce no patch."""
+    containers = [{"name": f"c{i}", "image": "vllm/vllm-openai:v0"} for i in range(len(observed))]
+    statuses = []
+    if sidecar:
+        containers.append(SIDECAR)
+        statuses.append(SIDECAR_STATUS)
+    pod = _pod(containers, statuses)
+    by_name = {f"c{i}": o for i, o in enumerate(observed)}
+    patch = status_patch(pod, by_name, T1)
+    assert patch is not None
+    # What the API server keeps of a strategic-merge status patch: the lists as sent, nulls gone.
+    written = dict(pod, status=dict(pod["status"]))
+    written["status"]["containerStatuses"] = patch["status"]["containerStatuses"]
+    written["status"]["conditions"] = [
+        {k: v for k, v in c.items() if v is not None} for c in patch["status"]["conditions"]
+    ]
+    assert status_patch(written, by_name, "2026-01-01T00:09:00Z") is None
+    ready = next(c for c in written["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"] == "True") == all(o.running and o.ready for o in observed)

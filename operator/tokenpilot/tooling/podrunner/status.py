@@ -31,7 +31,7 @@ def _container_status(name: str, image: str, obs: Observation) -> dict[str, Any]
     entry: dict[str, Any] = {
         "name": name,
         "image": image,
-        "ready": obs.ready,
+        "ready": obs.ready and obs.running,  # a container with no process is never ready
         "started": obs.running,
         "restartCount": obs.restart_count,
     }
