@@ -222,6 +222,7 @@ class LoadGenerator:
         self._clock = clock
         self._transport = transport
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
         self.started_at: float | None = None
 
     def elapsed_s(self) -> float:
@@ -230,6 +231,17 @@ class LoadGenerator:
     @property
     def num_in_flight(self) -> int:
         return len(self._in_flight)
+
+    def stop(self) -> None:
+        """End the arrivals now; requests in flight get the drain timeout to finish."""
+        self._stop.set()
+
+    async def _sleep(self, delay_s: float) -> bool:
+        """Sleep `delay_s`; False if stop() was called meanwhile."""
+        if delay_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay_s)
+        return not self._stop.is_set()
 
     async def run(self) -> LoadResult:
         plan = self.plan
@@ -260,9 +272,8 @@ class LoadGenerator:
             end_s = start_s + phase.duration_s
             next_s = start_s + (rng.expovariate(phase.rate_per_s) if phase.rate_per_s else end_s)
             while next_s < end_s:
-                delay_s = next_s - self.elapsed_s()
-                if delay_s > 0:
-                    await asyncio.sleep(delay_s)
+                if not await self._sleep(next_s - self.elapsed_s()):
+                    return
                 if num_sent >= plan.max_requests:
                     self.num_cut += 1
                 elif len(self._in_flight) >= plan.max_in_flight:
@@ -273,9 +284,7 @@ class LoadGenerator:
                 next_s += rng.expovariate(phase.rate_per_s)
             start_s = end_s
         # Arrivals end with the plan, not with the last arrival.
-        delay_s = start_s - self.elapsed_s()
-        if delay_s > 0:
-            await asyncio.sleep(delay_s)
+        await self._sleep(start_s - self.elapsed_s())
 
     async def _drain(self) -> None:
         if self._in_flight:
