@@ -7,6 +7,7 @@ import ipaddress
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -108,3 +109,34 @@ def test_a_cluster_whose_owner_died_is_swept() -> None:
             state_dir = paths.default_state_dir(prefix + name)
             if state_dir.exists():
                 cluster.down(state_dir)
+
+
+def test_a_crashing_local_process_is_restarted_and_shows_crash_loop(tmp_path: Path) -> None:
+    images = tmp_path / "images.yaml"
+    images.write_text(
+        'images:\n  - image: "crash:*"\n    command: ["sh", "-c", "echo starting; exit 7"]\n'
+    )
+    state_dir = tmp_path / "cluster"
+    st = cluster.up(cluster.UpOptions(name="crash", state_dir=state_dir, image_map=images))
+    try:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=st.kubeconfig))
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": "crashy"},
+                "spec": {"containers": [{"name": "main", "image": "crash:1"}]},
+            },
+        )
+
+        def restarted_twice() -> Any:
+            pod = core.read_namespaced_pod("crashy", "default")
+            statuses = pod.status.container_statuses or []
+            return pod if statuses and statuses[0].restart_count >= 2 else None
+
+        pod = eventually(restarted_twice, timeout_s=30, what="two restarts")
+        status = pod.status.container_statuses[0]
+        assert status.last_state.terminated.exit_code == 7
+        assert not status.ready
+        assert not any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
+    finally:
+        cluster.down(state_dir)
