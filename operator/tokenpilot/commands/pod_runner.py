@@ -41,5 +41,9 @@ def run(args: argparse.Namespace) -> int:
     api = client.CoreV1Api(kube.api_client(args.kubeconfig))
     runner = PodRunner(api, images, args.work_dir, children_file=args.children_file)
     install_signal_handlers(runner)
-    runner.run(ready_file=args.ready_file)
+    try:
+        runner.run(ready_file=args.ready_file)
+    except RuntimeError as exc:  # could not reach the API server in time
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
