@@ -12,10 +12,12 @@ Every wait has a timeout, and every failure carries the tail of the server's log
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +66,16 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the process that started the server dies without
+    # stopping it (a killed test run), the kernel sends it SIGTERM instead of leaving it behind.
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,7 @@ class VllmServer:
                 stderr=subprocess.STDOUT,
                 env=self._environment(),
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         try:
             self._wait_healthy()
