@@ -71,6 +71,13 @@ class FleetResult:
         return self.num_met / self.num_requests if self.num_requests else 1.0
 
     @property
+    def servable_attainment(self) -> float:
+        """Attainment among the requests the engines accept (not longer than max_model_len):
+        what more replicas can improve, so what sizing aims at."""
+        servable = self.num_requests - self.num_rejected
+        return self.num_met / servable if servable else 1.0
+
+    @property
     def goodput_rps(self) -> float:
         return self.num_met / self.duration_s if self.duration_s > 0 else 0.0
 

@@ -48,7 +48,9 @@ def size_for_peak(
     peak_window_s: float = DEFAULT_PEAK_WINDOW_S,
     min_attainment: float = DEFAULT_MIN_ATTAINMENT,
 ) -> Sizing:
-    return _size_window(
+    """The static fleet for the hardest of two windows: the busiest by tokens, and the first
+    (a trace may open on a burst the token count does not single out)."""
+    busiest = _size_window(
         trace,
         trace.peak_window_start_s(peak_window_s),
         peak_window_s,
@@ -58,6 +60,12 @@ def size_for_peak(
         timer,
         min_attainment,
     )
+    opening = size_for_opening(
+        trace, fleet, engine_config, timer, window_s=peak_window_s, min_attainment=min_attainment
+    )
+    if opening.replicas > busiest.replicas:
+        return replace(opening, target_running_per_replica=busiest.target_running_per_replica)
+    return busiest
 
 
 def size_for_opening(
@@ -96,7 +104,7 @@ def _size_window(
         return runs[n]
 
     def meets(n: int) -> bool:
-        return run(n).attainment >= min_attainment
+        return run(n).servable_attainment >= min_attainment
 
     # low fails (or is below the floor), high is the candidate; never fewer than min_replicas.
     low, high = fleet.min_replicas - 1, fleet.min_replicas
@@ -116,7 +124,7 @@ def _size_window(
     else:
         reason = (
             f"even max_replicas={fleet.max_replicas} reaches only "
-            f"{run(high).attainment:.1%} on the {label} {peak_window_s:g} s"
+            f"{run(high).servable_attainment:.1%} on the {label} {peak_window_s:g} s"
         )
     result = run(high)
     return Sizing(
@@ -126,7 +134,7 @@ def _size_window(
         ),
         peak_start_s=start_s,
         peak_window_s=end_s - start_s,
-        peak_attainment=result.attainment,
+        peak_attainment=result.servable_attainment,
         reason=reason,
     )
 
@@ -155,7 +163,7 @@ def _capacity_running(
     best = 0.0
     while factor <= MAX_RATE_FACTOR:
         result = run(factor)
-        if result.attainment < min_attainment:
+        if result.servable_attainment < min_attainment:
             bad = factor
             break
         good, best = factor, mean_running(result)
@@ -164,7 +172,7 @@ def _capacity_running(
         for _ in range(NUM_BISECTIONS):
             mid = (good + bad) / 2
             result = run(mid)
-            if result.attainment >= min_attainment:
+            if result.servable_attainment >= min_attainment:
                 good, best = mid, mean_running(result)
             else:
                 bad = mid
