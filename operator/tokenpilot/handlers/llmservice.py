@@ -2,8 +2,8 @@
 
     create / update / resume   the spec changed or the operator started
     owned Deployment events    status follows the Deployment; hand edits are undone
-    resync loop                every `resync_interval_s`: nodes re-listed, every service
-                               reconciled (an idle pass writes nothing)
+    resync loop                every `resync_interval_s`: nodes and optional APIs re-read,
+                               every service reconciled (an idle pass writes nothing)
 
 kopf's own bookkeeping lives in annotations, not in .status, so the status schema stays ours.
 No finalizers: deletion is the garbage collector's job through owner references.
@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from tokenpilot.adapters.kube import KubeError
+from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.kube.resources import LLMSERVICES
 from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
@@ -95,8 +96,10 @@ def deployment_changed(
 
 
 def resync_once(rt: Runtime) -> int:
-    """Re-list nodes and reconcile every service once; returns how many were reconciled."""
+    """Re-list nodes, re-check which optional APIs are served, and reconcile every service
+    once; returns how many were reconciled."""
     rt.nodes = list_nodes(rt.client)
+    rt.service_monitor_served = service_monitor_served(rt.client)
     scopes: list[str | None] = list(rt.namespaces) or [None]
     count = 0
     for namespace in scopes:
