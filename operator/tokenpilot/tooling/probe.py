@@ -219,10 +219,11 @@ def _stamp(line: str, key: str) -> float | None:
 
 
 class _DecodeStream(_TokenTimes):
-    def __init__(self) -> None:
+    def __init__(self, tick: asyncio.Event) -> None:
         super().__init__()
         self.first = asyncio.Event()
-        self.tick = asyncio.Event()
+        # Shared by all streams: set by whichever sees a new iteration's token first.
+        self.tick = tick
         self.error: BaseException | None = None
 
 
@@ -387,7 +388,8 @@ async def _first_token(reader: asyncio.StreamReader) -> tuple[float, float | Non
 async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -> ProbeResult:
     scale = settings.time_scale
     url = settings.url.rstrip("/")
-    streams = [_DecodeStream() for _ in range(settings.num_decode)]
+    tick = asyncio.Event()
+    streams = [_DecodeStream(tick) for _ in range(settings.num_decode)]
     tasks = [asyncio.create_task(_decode(client, url, model, settings, s)) for s in streams]
     try:
         # 1. PRIME
@@ -412,8 +414,8 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
                 [_prefill_body(model, settings.prefill_len) for _ in range(settings.num_prefill)],
             )
             await burst.connect()
-            streams[0].tick.clear()
-            await _bounded(streams[0].tick.wait(), settings.request_timeout_s, "a decode token")
+            tick.clear()
+            await _bounded(tick.wait(), settings.request_timeout_s, "a decode token")
             inject_sent = time.monotonic()
             burst.send()
             firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
