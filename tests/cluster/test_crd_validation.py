@@ -51,6 +51,7 @@ INVALID = [
     ("autoscaling.metrics", {"type": "prometheus"}, "prometheusUrl is required"),
     ("replicas", -1, "spec.replicas"),
     ("model.name", None, "spec.model.name"),
+    ("engine.resources", {"requests": {"cpu": "lots"}}, "spec.engine.resources.requests.cpu"),
 ]
 
 

@@ -198,8 +198,12 @@ def test_scale_subresource_drives_the_deployment(
             "set tensorParallelSize to 4",
         ),
         ({"engine": {"extraArgs": ["--max-num-seqs=4"]}}, "extraArgs sets --max-num-seqs"),
+        (
+            {"accelerator": {"tolerations": [{"key": "not a key!", "operator": "Exists"}]}},
+            "the API server refused the Deployment",
+        ),
     ],
-    ids=["unknown-sku", "no-node", "weights-do-not-fit", "operator-owned-flag"],
+    ids=["unknown-sku", "no-node", "weights-do-not-fit", "operator-owned-flag", "refused"],
 )
 def test_operator_judgements_end_infeasible(
     client: KubeClient, namespace: str, operator: None, spec: dict[str, Any], needle: str

@@ -35,6 +35,7 @@ MODEL_SOURCE_PATTERN = (
     r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://.+|file:///.+)$"
 )
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
 # The CRD generator reads these keys from a model's json_schema_extra; they are not OpenAPI.
@@ -196,8 +197,12 @@ class EnvVar(ApiModel):
 class ResourceList(ApiModel):
     """CPU and memory as Kubernetes quantities (GPUs come from spec.accelerator)."""
 
-    cpu: str | None = Field(None, description="CPU quantity, e.g. 4 or 500m.")
-    memory: str | None = Field(None, description="Memory quantity, e.g. 32Gi.")
+    cpu: str | None = Field(
+        None, pattern=QUANTITY_PATTERN, description="CPU quantity, e.g. 4 or 500m."
+    )
+    memory: str | None = Field(
+        None, pattern=QUANTITY_PATTERN, description="Memory quantity, e.g. 32Gi."
+    )
 
 
 class EngineResources(ApiModel):

@@ -105,7 +105,14 @@ def resync_once(rt: Runtime) -> int:
     for namespace in scopes:
         items = rt.client.request("GET", LLMSERVICES.path(namespace)).get("items", [])
         for item in items:
-            reconcile(rt, item, "resync")
+            try:
+                reconcile(rt, item, "resync")
+            except KubeError as exc:
+                # One service's hiccup must not starve the others; the next pass retries it.
+                meta = item.get("metadata", {})
+                log.warning(
+                    "resync of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), exc
+                )
             count += 1
     return count
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube import apply as kube_apply
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.nodes import list_nodes
@@ -164,10 +164,23 @@ def _reconcile(
                 continue
             why = "created" if live is None else difference(manifest, live)
             if why is not None:
-                live = kube_apply.apply(rt.client, manifest)
+                try:
+                    live = kube_apply.apply(rt.client, manifest)
+                except KubeError as exc:
+                    if exc.status not in (400, 422):
+                        raise  # transient: kopf or the next resync retries
+                    # Refused as rendered (a malformed quantity in the spec, say): the user
+                    # must act, and the objects after this one are not applied either.
+                    problem = (
+                        f"the API server refused the {manifest['kind']} rendered from this "
+                        f"spec: {exc.message}; correct the spec field it points to"
+                    )
+                    break
                 applied.append(f"{manifest['kind']} {meta.name} ({why})")
             if manifest["kind"] == "Deployment":
                 live_deployment = live
+        if problem is not None and live_deployment is None:
+            live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
 
     facts = DeploymentFacts.from_object(live_deployment) if live_deployment else None
     status = desired_status(
