@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from _llms import CLUSTER, by_name, by_product, node, service
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenpilot.core.errors import Infeasible, UnknownGPU
 from tokenpilot.core.render_plan import weights_fit
-from tokenpilot.core.sku import choose_sku
+from tokenpilot.core.sku import GPU_PRODUCT_LABEL, NodeFacts, choose_sku
 
 
 def choose(requested: str, nodes=CLUSTER, gpus: int = 1, selector=None, svc=None):  # type: ignore[no-untyped-def]
@@ -74,3 +76,40 @@ def test_unprofiled_products_are_named() -> None:
     nodes = (node("x", "NVIDIA-Mystery", 8),)
     with pytest.raises(Infeasible, match="unprofiled products: NVIDIA-Mystery"):
         choose("auto", nodes=nodes)
+
+
+PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-L4", "NVIDIA-Mystery", None]
+
+
+@given(
+    nodes=st.lists(
+        st.tuples(st.sampled_from(PRODUCTS), st.integers(0, 8), st.booleans()), max_size=8
+    ),
+    gpus=st.sampled_from([1, 2, 4, 8]),
+)
+def test_auto_only_ever_picks_nodes_that_can_host_a_replica(
+    nodes: list[tuple[str | None, int, bool]], gpus: int
+) -> None:
+    facts = tuple(
+        NodeFacts(
+            name=f"n{i}",
+            labels={GPU_PRODUCT_LABEL: product} if product else {},
+            allocatable_gpus=count,
+            unschedulable=cordoned,
+        )
+        for i, (product, count, cordoned) in enumerate(nodes)
+    )
+    try:
+        choice = choose("auto", nodes=facts, gpus=gpus)
+    except Infeasible as exc:
+        assert "nodes offer" in str(exc)
+        return
+    hosts = [
+        n
+        for n in facts
+        if not n.unschedulable
+        and n.allocatable_gpus >= gpus
+        and n.gpu_product in choice.sku.gpu_product_labels
+    ]
+    assert len(hosts) == choice.num_nodes >= 1
+    assert choice.num_allocatable_gpus == sum(n.allocatable_gpus for n in hosts)
