@@ -3,11 +3,21 @@
 The operator runs in-process; the sample service's engine pods are engine simulators started by
 the pod runner. Each engine runs at most two sequences, so sixteen concurrent long requests
 build a queue of fourteen: 3.5x the target of four per replica, a panic.
+
+The test runs once per metrics source: `direct`, and `prometheus` with Debian's Prometheus
+started by the test, finding the engine pods through the dev cluster's API server (HTTP service
+discovery answered from the pod list; see PodDiscovery) with the `namespace` and `llmservice`
+labels the source selects on.
 """
 
 from __future__ import annotations
 
+import http.server
 import itertools
+import json
+import shutil
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,12 +26,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from _operator_harness import client_for, create, get_llms, operator_thread, sample
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.api.crd import crd
+from tokenpilot.core.render import SERVICE_LABEL
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -60,6 +72,128 @@ def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[N
         )
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PodDiscovery:
+    """HTTP service discovery for Prometheus, answered from the API server's pod list.
+
+    Debian's Prometheus is built without kubernetes_sd (its Go dependencies are not packaged),
+    so the test bridges: each SD refresh lists the namespace's engine pods, as kubernetes_sd
+    would, and labels them `namespace`, `llmservice` and `pod`, as the relabelling in the
+    in-cluster scrape config does.
+    """
+
+    def __init__(self, client: KubeClient, namespace: str) -> None:
+        discovery = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(discovery.groups()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.client, self.namespace = client, namespace
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/sd"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def groups(self) -> list[dict[str, Any]]:
+        listed = self.client.request(
+            "GET",
+            RESOURCES[("v1", "Pod")].path(self.namespace),
+            query={"labelSelector": SERVICE_LABEL},
+        )
+        out = []
+        for pod in listed.get("items", []):
+            ip = pod.get("status", {}).get("podIP")
+            if not ip or pod["metadata"].get("deletionTimestamp"):
+                continue
+            out.append(
+                {
+                    "targets": [f"{ip}:8000"],
+                    "labels": {
+                        "namespace": self.namespace,
+                        "llmservice": pod["metadata"]["labels"][SERVICE_LABEL],
+                        "pod": pod["metadata"]["name"],
+                    },
+                }
+            )
+        return out
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def scrape_config(sd_url: str) -> dict[str, Any]:
+    return {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+        "scrape_configs": [
+            {
+                "job_name": "engines",
+                "http_sd_configs": [{"url": sd_url, "refresh_interval": "1s"}],
+            }
+        ],
+    }
+
+
+@pytest.fixture(params=["direct", "prometheus"])
+def metrics_source(
+    request: pytest.FixtureRequest, client: KubeClient, namespace: str, tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    """spec.autoscaling.metrics for the service; starts Prometheus for the prometheus source."""
+    if request.param == "direct":
+        yield {"type": "direct"}
+        return
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run `make system-deps` (Debian package)")
+    discovery = PodDiscovery(client, namespace)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(discovery.url)))
+    address = f"127.0.0.1:{free_port()}"
+    log = (tmp_path / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address={address}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+
+    def ready() -> bool:
+        assert process.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
+        try:
+            return httpx.get(f"http://{address}/-/ready", trust_env=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        eventually(ready, timeout_s=30, what="prometheus to be ready")
+        yield {"type": "prometheus", "prometheusUrl": f"http://{address}"}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+        discovery.close()
+
+
 def ready_pod_ips(client: KubeClient, namespace: str) -> list[str]:
     items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
     return [
@@ -92,7 +226,7 @@ def burst(url: str, model: str, stop: threading.Event, num_workers: int = 16) ->
 
 
 def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
-    client: KubeClient, namespace: str, operator: None
+    client: KubeClient, namespace: str, metrics_source: dict[str, str], operator: None
 ) -> None:
     body = sample("llama-3.1-8b-h100.yaml", namespace)
     body["spec"]["replicas"] = 1
@@ -103,6 +237,7 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
             "maxReplicas": 3,
             "interval": f"{INTERVAL_S:g}s",
             "scaleDownStabilization": f"{WINDOW_S:g}s",
+            "metrics": metrics_source,
         }
     )
     create(client, body)
@@ -164,6 +299,6 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
     assert autoscaling["desiredReplicas"] == 1
     steps = [seen[0]] + [b for a, b in itertools.pairwise(seen) if a[1] != b[1]]
     print(
-        f"scale-up after {scale_up_s:.1f} s; after the burst: "
+        f"{metrics_source['type']}: scale-up after {scale_up_s:.1f} s; after the burst: "
         + ", ".join(f"{replicas} at {t:.1f} s" for t, replicas in steps)
     )
