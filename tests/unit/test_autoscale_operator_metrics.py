@@ -1,0 +1,63 @@
+"""The operator's /metrics carries every tokenpilot_* series the generated dashboards and rules
+query, with the labels they join on, and forgets a deleted service."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from prometheus_client import generate_latest
+
+from tokenpilot.adapters.metrics import parse_metrics
+from tokenpilot.adapters.operator_metrics import OperatorMetrics
+from tokenpilot.core import vllm_metrics
+from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale.observation import Observation
+from tokenpilot.core.dashboards.boards import all_dashboards
+from tokenpilot.core.dashboards.rules import rule_groups
+
+# Series another component exports (the reconciler's cost gauge is not the autoscaler's).
+NOT_OURS = {"tokenpilot_replica_hourly_cost_dollars"}
+
+
+def exported() -> OperatorMetrics:
+    metrics = OperatorMetrics()
+    observation = Observation(0.0, 2, 2, 2, 2, 0.0, 3.0, None, None)
+    decision = decide(AutoscalePolicy(), History(), observation, 0.0)
+    metrics.record_decision("ns", "svc", decision, 0.004)
+    metrics.record_targets(
+        "ns",
+        "svc",
+        min_replicas=1,
+        max_replicas=4,
+        attainment=0.99,
+        itl_p99_s=0.05,
+        ttft_p99_s=2.0,
+        token_budget=2048,
+    )
+    metrics.reconcile_errors.labels("ns", "svc").inc()
+    return metrics
+
+
+def test_every_series_the_dashboards_and_rules_use_is_exported():
+    text = json.dumps(all_dashboards()) + json.dumps(
+        rule_groups(vllm_metrics.TOKEN_LATENCY_BUCKETS_S, vllm_metrics.TTFT_BUCKETS_S)
+    )
+    wanted = set(re.findall(r"tokenpilot_[a-z0-9_]+", text)) - NOT_OURS
+    page = parse_metrics(generate_latest(exported().registry).decode())
+    assert wanted <= set(page.samples), sorted(wanted - set(page.samples))
+    for sample in page.series("tokenpilot_desired_replicas"):
+        assert sample.labels == {"namespace": "ns", "llmservice": "svc"}
+
+
+def test_a_forgotten_service_leaves_no_series():
+    metrics = exported()
+    metrics.forget("ns", "svc")
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    per_service = [
+        sample
+        for samples in page.samples.values()
+        for sample in samples
+        if sample.labels.get("llmservice") == "svc"
+    ]
+    assert per_service == []
