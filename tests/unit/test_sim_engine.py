@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -46,7 +47,7 @@ def engine(**overrides: object) -> Engine:
     return Engine(EngineConfig(**fields), LinearTimer())  # type: ignore[arg-type]
 
 
-def finished(events: list[object]) -> dict[str, Finished]:
+def finished(events: Sequence[object]) -> dict[str, Finished]:
     return {e.request_id: e for e in events if isinstance(e, Finished)}
 
 
