@@ -42,7 +42,7 @@ def test_counts_add_over_whitespace(a: str, b: str) -> None:
 
 
 def test_chat_adds_the_template_overhead() -> None:
-    messages = [
+    messages: list[dict[str, object]] = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
     ]
