@@ -53,6 +53,21 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float, interval_s: 
         time.sleep(interval_s)
 
 
+def apply_crd(client: KubeClient, timeout_s: float = 30.0) -> None:
+    """Apply the LLMService CRD and wait until LLMServices can be listed."""
+    apply(client, crd())
+
+    def served() -> bool:
+        body = client.get(CRD_PATH) or {}
+        # status and its conditions are null until the API server has looked at the CRD.
+        conditions = (body.get("status") or {}).get("conditions") or []
+        established = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        # Discovery lags the condition a little: wait until a list works.
+        return established and client.get(LLMSERVICES.path("default")) is not None
+
+    wait_for(served, "the LLMService CRD to be served", timeout_s)
+
+
 class Stack:
     def __init__(self, settings: DemoSettings, out_dir: Path, say: Say) -> None:
         self.settings = settings
@@ -90,18 +105,7 @@ class Stack:
         self.client = connect(st.kubeconfig)
 
     def _crd(self, client: KubeClient) -> None:
-        apply(client, crd())
-
-        def served() -> bool:
-            body = client.get(CRD_PATH) or {}
-            conditions = (body.get("status") or {}).get("conditions") or []
-            established = any(
-                c["type"] == "Established" and c["status"] == "True" for c in conditions
-            )
-            # Discovery lags the condition a little: wait until a list works.
-            return established and client.get(LLMSERVICES.path("default")) is not None
-
-        wait_for(served, "the LLMService CRD to be served", 30)
+        apply_crd(client)
         self.say("LLMService CRD applied")
 
     def _namespace(self, client: KubeClient) -> None:
