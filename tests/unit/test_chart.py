@@ -205,12 +205,11 @@ def test_optional_objects_are_off_by_default() -> None:
     assert dashboards == []
 
 
-def test_prometheus_source_values_reach_the_operator() -> None:
-    manifests = render(REPO / "e2e" / "values" / "prometheus-source.yaml")
+def test_custom_values_reach_the_operator() -> None:
+    manifests = render(REPO / "e2e" / "values" / "custom-profiles.yaml")
     (deployment,) = by_kind(manifests, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert "--metrics-source=prometheus" in container["args"]
-    assert "--prometheus-url=http://prometheus-operated.monitoring.svc:9090" in container["args"]
+    assert "--verbose" in container["args"]
     assert container["image"] == "tokenpilot/operator@sha256:" + "0" * 64
     (profiles,) = [
         cm
@@ -239,8 +238,8 @@ def test_changing_a_gpu_profile_rolls_the_operator() -> None:
     [
         (("replicaCount=2",), "/replicaCount"),
         (("image.tag=latest",), "/image/tag"),
-        (("operator.metricsSource=prometheus",), "operator.prometheusUrl: required"),
-        (("operator.metricsSource=both",), "/operator/metricsSource"),
+        (("operator.watchNamespaces[0]=Not_A_Namespace",), "/operator/watchNamespaces/0"),
+        (("operator.metricsSource=prometheus",), "'metricsSource' not allowed"),
         (("serviceMonitor.enable=true",), "'enable' not allowed"),
         (("image.digest=sha256:abc",), "/image/digest"),
     ],
