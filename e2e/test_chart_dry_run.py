@@ -45,6 +45,9 @@ def test_rendered_chart_passes_a_strict_server_side_dry_run(
         "--server-side",
         "--validate=strict",
         "--field-manager=tokenpilot-e2e",
+        # Another test (or a helm install) may already own the CRD's fields: this checks what the
+        # API server accepts, not who owns what.
+        "--force-conflicts",
         "-f",
         "-",
         stdin=rendered,
