@@ -275,9 +275,11 @@ async def discover_model(client: httpx.AsyncClient, url: str) -> str:
 
 
 def _prompt(length: int) -> list[int]:
-    # A distinct first token per request defeats prefix caching; ids stay small for any vocab.
+    """Token ids, distinct per request from the first two tokens (so a prefix cache cannot
+    share them), all below 210 so that any vocabulary has them."""
     salt = next(_token_salts)
-    return [10 + (salt * 7919 + i * 31) % 900 for i in range(length)]
+    head = [10 + salt % 200, 10 + (salt // 200) % 200]
+    return (head + [10 + (salt + i * 31) % 200 for i in range(length)])[:length]
 
 
 async def _decode(
