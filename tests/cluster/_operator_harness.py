@@ -36,7 +36,7 @@ def install_crd(client: KubeClient) -> None:
             name="llmservices.serving.tokenpilot.dev"
         )
         body = client.get(path) or {}
-        conditions = body.get("status", {}).get("conditions", [])
+        conditions = (body.get("status") or {}).get("conditions") or []
         served = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
         # The discovery document lags the condition a little; wait for a real list to work.
         return served and client.get(LLMSERVICES.path("default")) is not None
@@ -122,15 +122,17 @@ def client_for(kubeconfig: Path) -> KubeClient:
 
 # --- counting writes --------------------------------------------------------------------------
 
-# DELETEs are left out: earlier tests' namespaces are being torn down meanwhile, and the
-# operator never deletes (owner references do). Events are left out too: the endpoints
-# controller posts its own in the same namespaces; ours are counted by listing them.
-VERBS = ("APPLY", "PATCH", "POST", "PUT", "CREATE", "UPDATE")
-WATCHED = ("llmservices", "deployments", "services", "poddisruptionbudgets")
 
-
+# The operator's write paths: server-side apply of what it renders, and patches of its
+# LLMServices (status, kopf's annotations). Counting these verbs only keeps out what the
+# controllers do meanwhile in earlier tests' namespaces (deleting, updating Deployment status);
+# Events are counted by listing ours (see resource_versions).
 def api_writes(client: KubeClient) -> WriteCounts:
-    return server_writes(client, WATCHED, VERBS)
+    applied = server_writes(
+        client, ("deployments", "services", "poddisruptionbudgets", "servicemonitors"), ("APPLY",)
+    )
+    patched = server_writes(client, ("llmservices",), ("APPLY", "PATCH", "POST", "PUT"))
+    return {**applied, **patched}
 
 
 def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
