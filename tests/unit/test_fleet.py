@@ -75,9 +75,9 @@ def test_one_replica_far_below_load_collapses() -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_doubling_the_rate_never_lowers_gpu_hours_of_autoscalers(seed: int) -> None:
     # The doubled trace holds every request of the single one plus as many again.
-    single = poisson(3.0, 900.0, seed=seed, median_prompt_tokens=1500, median_output_tokens=150)
+    single = poisson(3.0, 600.0, seed=seed, median_prompt_tokens=1500, median_output_tokens=150)
     extra = poisson(
-        3.0, 900.0, seed=seed + 1000, median_prompt_tokens=1500, median_output_tokens=150
+        3.0, 600.0, seed=seed + 1000, median_prompt_tokens=1500, median_output_tokens=150
     )
     double = merged(single, extra)
     base, doubled = run_all(single), run_all(double)

@@ -110,3 +110,13 @@ def test_tokenpilot_takes_the_tuners_budget_unless_given_one(
     assert "(from the tuner)" in out
     _, given, _ = run(capsys, [*ARGS, "--policy", "tokenpilot"])
     assert "2048 (from --budget)" in given
+
+
+def test_window_and_rate_reshape_the_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    base = [*ARGS, "--json", "--policy", "keda"]
+    whole = json.loads(run(capsys, base)[1])
+    cut = json.loads(run(capsys, [*base, "--from", "0", "--to", "150"])[1])
+    faster = json.loads(run(capsys, [*base, "--rate", "x2"])[1])
+    assert 0 < cut["requests"] < whole["requests"]
+    assert faster["requests"] == whole["requests"]
+    assert faster["trace"].endswith(" x2")

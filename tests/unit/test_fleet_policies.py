@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tokenpilot.core.fleet import FleetView, PodSample
 from tokenpilot.core.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy
@@ -102,3 +104,31 @@ def test_hpa_behavior_holds_the_starting_count_for_one_window() -> None:
     assert behavior.apply(15.0, 6, 1) == 6
     assert behavior.apply(310.0, 6, 1) == 6  # 15 s + 300 s not yet passed
     assert behavior.apply(316.0, 6, 1) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    current=st.integers(1, 40),
+    recommendations=st.lists(st.integers(0, 200), min_size=1, max_size=30),
+)
+def test_hpa_behavior_stays_in_bounds_and_limits_each_step_up(
+    current: int, recommendations: list[int]
+) -> None:
+    behavior = HpaBehavior(2, 60)
+    replicas = current
+    for i, recommended in enumerate(recommendations):
+        desired = behavior.apply(15.0 * i, replicas, recommended)
+        assert 2 <= desired <= 60
+        assert desired <= max(replicas + 4, 2 * replicas, 2)
+        replicas = desired
+
+
+@settings(max_examples=200, deadline=None)
+@given(loads=st.lists(st.integers(0, 400), min_size=1, max_size=60), ready=st.integers(1, 20))
+def test_kpa_never_leaves_its_rate_bounds(loads: list[int], ready: int) -> None:
+    policy = KpaPolicy(target_running_per_replica=10.0, min_replicas=1, max_replicas=100)
+    for i, load in enumerate(loads):
+        per_pod = [load // ready] * ready
+        choice = policy.decide(view(2.0 * i, per_pod))
+        assert 1 <= choice.replicas <= 100
+        assert choice.replicas <= max(1, 2 * ready)  # max scale-up rate 2x of ready pods

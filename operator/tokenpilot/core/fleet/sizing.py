@@ -23,6 +23,7 @@ from tokenpilot.core.sim import EngineConfig, StepTimer
 from tokenpilot.core.workload import Trace, scale_rate, window
 
 MAX_RATE_FACTOR = 64.0
+MIN_RATE_FACTOR = 1.0 / 64
 NUM_BISECTIONS = 5
 
 DEFAULT_PEAK_WINDOW_S = 300.0
@@ -158,17 +159,25 @@ def _capacity_running(
 
     if not peak.requests:
         return 1.0
-    good, bad = 0.0, None
-    factor = 1.0 / 64
+    # Bracket the fastest passing rate: from x1 double up until it fails, or halve down until
+    # it passes; then bisect between the two.
+    good: float | None = None
+    bad: float | None = None
     best = 0.0
-    while factor <= MAX_RATE_FACTOR:
+    factor = 1.0
+    while MIN_RATE_FACTOR <= factor <= MAX_RATE_FACTOR:
         result = run(factor)
-        if result.servable_attainment < min_attainment:
+        if result.servable_attainment >= min_attainment:
+            good, best = factor, mean_running(result)
+            if bad is not None:
+                break
+            factor *= 2
+        else:
             bad = factor
-            break
-        good, best = factor, mean_running(result)
-        factor *= 2
-    if bad is not None and good > 0:
+            if good is not None:
+                break
+            factor /= 2
+    if bad is not None and good is not None:
         for _ in range(NUM_BISECTIONS):
             mid = (good + bad) / 2
             result = run(mid)
