@@ -71,7 +71,8 @@ def test_out_of_range_values_stop_the_start_naming_the_flag(argv: list[str], fla
         (["--model-shape", "gpt-5"], "unknown model preset"),
         (["--max-num-seqs", "512", "--max-num-batched-tokens", "256"], "--max-num-seqs"),
         (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"], "chunked"),
-        (["--model-shape", "llama-3.1-70b", "--gpu", "L40S"], "does not fit"),
+        (["--model-shape", "llama-3.1-70b", "--gpu", "L40S"], "weights need"),
+        (["--max-model-len", "4000000"], "lower --max-model-len"),
     ],
 )
 def test_combinations_vllm_would_refuse_are_refused(argv: list[str], message: str) -> None:
