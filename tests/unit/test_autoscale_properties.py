@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 from autoscale_fleet import ITL_SLO_S, direction_changes, drive
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
@@ -79,7 +80,7 @@ histories = st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policies(), histories, observations())
 def test_never_outside_min_max(policy, history, observation):
     decision = decide(policy, history, observation, 1000.0)
@@ -105,16 +106,47 @@ def _blind(policy: AutoscalePolicy, observation: Observation, now_s: float) -> b
     )
 
 
-@settings(max_examples=500, deadline=None)
-@given(policies(), histories, observations())
-def test_never_scales_down_when_a_signal_is_missing(policy, history, observation):
-    assume(policy.min_replicas <= observation.desired_replicas <= policy.max_replicas)
-    assume(_blind(policy, observation, 1000.0))
+BLINDNESS = {
+    "stale": lambda o: replace(o, observed_at_s=900.0),
+    "partial": lambda o: replace(o, num_pods_scraped=max(0, o.num_pods_expected - 1)),
+    "no pods": lambda o: replace(o, num_pods_expected=0, num_pods_scraped=0),
+    "waiting NaN": lambda o: replace(o, num_requests_waiting=math.nan),
+    "waiting missing": lambda o: replace(o, num_requests_waiting=None),
+    "running inf": lambda o: replace(o, num_requests_running=math.inf),
+    "ITL NaN": lambda o: replace(o, itl=LatencyQuantile(math.nan, 50.0)),
+    "ITL missing": lambda o: replace(o, itl=None),
+}
+
+
+@st.composite
+def blind_cases(draw):
+    """A policy with an ITL SLO, an observation inside its bounds, and one way of not seeing."""
+    policy = replace(draw(policies()), itl_p99_slo_s=draw(st.floats(0.01, 1)))
+    observation = draw(observations())
+    desired = draw(st.integers(policy.min_replicas, policy.max_replicas))
+    expected = min(observation.num_pods_expected, desired) or 1
+    observation = replace(
+        observation,
+        observed_at_s=1000.0,
+        desired_replicas=desired,
+        ready_replicas=max(observation.ready_replicas, expected),
+        num_pods_expected=expected,
+        num_pods_scraped=min(observation.num_pods_scraped, expected),
+    )
+    kind = draw(st.sampled_from(sorted(BLINDNESS)))
+    return policy, observation, kind, BLINDNESS[kind](observation)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories, blind_cases())
+def test_never_scales_down_when_a_signal_is_missing(history, case):
+    policy, _, kind, observation = case
+    assert _blind(policy, observation, 1000.0), kind
     decision = decide(policy, history, observation, 1000.0)
-    assert decision.desired_replicas >= observation.desired_replicas
+    assert decision.desired_replicas >= observation.desired_replicas, (kind, decision.reason)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     load=st.floats(0.05, 6.0),
     replicas=st.integers(1, 8),
