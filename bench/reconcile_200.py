@@ -30,6 +30,7 @@ from typing import Any
 from tokenpilot.adapters.kube import KubeClient, connect
 from tokenpilot.adapters.kube.apiserver_metrics import api_writes, write_delta
 from tokenpilot.adapters.kube.apply import apply
+from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.api.crd import crd
 
@@ -63,6 +64,11 @@ def service(index: int) -> dict[str, Any]:
             "replicas": 0,
         },
     }
+
+
+def our_events(client: KubeClient) -> int:
+    items = client.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events").get("items", [])
+    return sum(1 for e in items if e.get("reportingComponent") == COMPONENT)
 
 
 def rss_mib(pid: int) -> float:
@@ -134,10 +140,13 @@ def run(kubeconfig: Path, count: int, resync_s: float, log: Path) -> dict[str, A
         rss_busy = rss_mib(operator.pid)
 
         time.sleep(resync_s)  # let the last status writes land
-        before = operator_writes(client)
+        before, events_before = operator_writes(client), our_events(client)
         idle_passes = 3
         time.sleep(idle_passes * resync_s + 1)
         idle = write_delta(before, operator_writes(client))
+        new_events = our_events(client) - events_before
+        if new_events:
+            idle[("POST", "events", "")] = float(new_events)
         return {
             "services": count,
             "create_loop_s": round(create_s, 2),
