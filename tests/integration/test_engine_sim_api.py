@@ -247,3 +247,13 @@ async def test_metrics_count_what_was_served(sim) -> None:  # type: ignore[no-un
     # In engine seconds (10 ms a step), not the 0.5 ms of wall time a step takes at 20x.
     itl_sum = await metric(client, "vllm:inter_token_latency_seconds_sum")
     assert itl_sum == pytest.approx(0.09)
+
+
+async def test_iteration_tokens_count_as_vllm_does(sim) -> None:  # type: ignore[no-untyped-def]
+    _, client = sim
+    await client.post("/v1/completions", json={"prompt": list(range(300)), "max_tokens": 3})
+    # One step finishes the 300-token prompt and samples a token (301), two more sample one.
+    assert await metric(client, "vllm:iteration_tokens_total_count") == 3
+    assert await metric(client, "vllm:iteration_tokens_total_sum") == 303
+    assert await metric(client, "vllm:iteration_tokens_total_bucket", le="1.0") == 2
+    assert await metric(client, "vllm:prompt_tokens_total") == 300

@@ -114,9 +114,9 @@ class EngineMetrics:
         num_prompt_tokens_done: int,
     ) -> None:
         """Record one step: its tokens, the gaps and first tokens it produced."""
-        num_tokens = result.num_prefill_tokens + result.num_decode_tokens
-        if num_tokens:
-            self.iteration_tokens.observe(num_tokens)
+        # As vLLM counts it: the prompts that finished prefill in this step (whole, not the
+        # chunk scheduled now) plus the tokens sampled; not the step's batch size.
+        self.iteration_tokens.observe(num_prompt_tokens_done + len(result.emitted))
         self.generation_tokens.inc(len(result.emitted))
         self.prompt_tokens.inc(num_prompt_tokens_done)
         self.prompt_tokens_computed.inc(num_prompt_tokens_done)
