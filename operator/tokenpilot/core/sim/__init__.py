@@ -18,8 +18,10 @@ ends after `t_s` is committed (its events carry their own times, which may be la
 work, and report the same times as stepping one by one.
 
 Events are `FirstToken`, `Finished` (with the request's `RequestStats`: queue time, TTFT,
-per-token gaps) and `Preempted`. Per-step records for `vllm:iteration_tokens_total` and the
-ITL histogram are in `Engine.step_log` (parallel lists; `drain_step_log()` takes and clears).
+per-token gaps) and `Preempted`. Per-step records (start, duration, scheduled prefill and
+decode tokens) are in `Engine.step_log` (parallel lists; `drain_step_log()` takes and
+clears); note that vLLM's `iteration_tokens_total` is not the scheduled count but the prompts
+that finished prefill in the step plus the tokens sampled (see the engine-sim metrics).
 Gauges: `num_running`, `num_waiting`, `kv_cache_usage`.
 """
 
