@@ -228,3 +228,26 @@ def test_fast_forward_reports_exactly_what_stepping_reports(
         assert f.finish_s == pytest.approx(s.stats.finish_s, abs=1e-9)
         assert f.num_preemptions == s.stats.num_preemptions
         assert f.itl_s == pytest.approx(s.stats.itl_s, abs=1e-9)
+
+
+def test_a_preempted_request_recomputes_its_prompt_and_the_tokens_it_had() -> None:
+    # 20 blocks x 16 = 320 tokens. Two 100-token prompts growing to 250 cannot both fit.
+    eng = engine(
+        num_kv_blocks=20, max_model_len=320, max_num_batched_tokens=512, enable_fast_forward=False
+    )
+    eng.submit(SimRequest("old", 100, 150), now_s=0.0)
+    eng.submit(SimRequest("new", 100, 150), now_s=0.0)
+    results = []
+    while (result := eng.step()) is not None:
+        results.append(result)
+    preempting = next(i for i, r in enumerate(results) if r.preempted)
+    assert results[preempting].preempted == ["new"]
+    # The step that preempts admits nobody; "old" keeps decoding alone.
+    assert results[preempting].emitted == ["old"]
+    # Later "new" comes back and prefills its prompt plus every token it had produced.
+    outputs_before = sum("new" in r.emitted for r in results[:preempting])
+    recompute = next(
+        r for r in results[preempting + 1 :] if r.num_prefill_tokens and "new" in r.emitted
+    )
+    assert recompute.num_prefill_tokens == 100 + outputs_before
+    assert sum("new" in r.emitted for r in results) == 150  # no token is produced twice
