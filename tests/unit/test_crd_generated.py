@@ -53,3 +53,13 @@ def test_scale_subresource_and_columns() -> None:
 def test_yaml_has_no_anchors() -> None:
     assert "&id" not in crd_yaml()
     assert yaml.safe_load(crd_yaml())["metadata"]["name"] == "llmservices.serving.tokenpilot.dev"
+
+
+def test_crd_command_check_fails_when_stale(tmp_path: Path) -> None:
+    from tokenpilot.cli import main
+
+    assert main(["crd", "--check", "--out-dir", str(tmp_path)]) == 1  # missing
+    assert main(["crd", "--out-dir", str(tmp_path)]) == 0
+    assert main(["crd", "--check", "--out-dir", str(tmp_path)]) == 0
+    (tmp_path / CRD_FILENAME).write_text(crd_yaml().replace("llms", "llm"))
+    assert main(["crd", "--check", "--out-dir", str(tmp_path)]) == 1
