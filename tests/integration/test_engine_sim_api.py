@@ -155,6 +155,20 @@ async def test_chat_without_max_tokens_may_fill_the_context(sim) -> None:  # typ
         ("/v1/completions", {"prompt": ""}, 400, "BadRequestError", "prompt"),
         ("/v1/completions", {"prompt": {"a": 1}}, 400, "BadRequestError", "prompt"),
         ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "BadRequestError", "n"),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "stream": True, "stream_options": [1]},
+            400,
+            "BadRequestError",
+            "stream_options",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": list(range(MAX_MODEL_LEN))},
+            400,
+            "BadRequestError",
+            "prompt",
+        ),
         ("/v1/chat/completions", {"messages": []}, 400, "BadRequestError", "messages"),
         (
             "/v1/chat/completions",

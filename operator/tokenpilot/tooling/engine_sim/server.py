@@ -148,6 +148,10 @@ class EngineSimServer:
             return error.response()
         except InvalidRequest as error:
             return ApiError(400, str(error)).response()
+        except (TypeError, ValueError, AttributeError) as error:
+            # A field of an unexpected JSON type that no check above names: still the
+            # client's mistake, so a 400 rather than a 500 with a traceback.
+            return ApiError(400, f"malformed request: {error}").response()
         try:
             if parsed.stream:
                 return await self._stream(request, stream, parsed, chat)
@@ -176,11 +180,11 @@ class EngineSimServer:
         if n != 1:
             raise ApiError(400, "the engine simulator supports n=1 only", "n")
         max_len = self.served.max_model_len
-        if num_prompt > max_len:
+        if num_prompt >= max_len:
             raise ApiError(
                 400,
-                f"the prompt has {num_prompt} tokens, more than this model's maximum context "
-                f"length of {max_len} tokens; shorten the prompt",
+                f"the prompt has {num_prompt} tokens, which leaves no room for output within "
+                f"this model's maximum context length of {max_len} tokens; shorten the prompt",
                 "prompt" if not chat else "messages",
             )
         max_tokens = body.get("max_completion_tokens") if chat else None
@@ -200,6 +204,8 @@ class EngineSimServer:
                 "max_tokens",
             )
         stream_options = body.get("stream_options") or {}
+        if not isinstance(stream_options, Mapping):
+            raise ApiError(400, "stream_options must be an object", "stream_options")
         return _Parsed(
             num_prompt_tokens=num_prompt,
             max_tokens=max_tokens,
