@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+
+from tokenpilot.adapters.kube import KubeError
+from tokenpilot.core.errors import TokenPilotError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +30,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz",
     )
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve the operator's /metrics on PORT"
+    )
+    parser.add_argument(
+        "--gpu-profiles-configmap",
+        metavar="NAMESPACE/NAME",
+        help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -39,12 +51,19 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the operator pulls in kopf, which other subcommands do not need.
     from tokenpilot.handlers.operator import OperatorConfig, operate
 
-    operate(
-        OperatorConfig(
-            kubeconfig=args.kubeconfig,
-            namespaces=tuple(args.namespace),
-            resync_interval_s=args.resync_interval,
-            liveness_endpoint=args.liveness,
+    try:
+        operate(
+            OperatorConfig(
+                kubeconfig=args.kubeconfig,
+                namespaces=tuple(args.namespace),
+                resync_interval_s=args.resync_interval,
+                liveness_endpoint=args.liveness,
+                metrics_port=args.metrics_port,
+                gpu_profiles_configmap=args.gpu_profiles_configmap,
+            )
         )
-    )
+    except (KubeError, TokenPilotError) as exc:
+        # Start-up problems (no cluster, a bad profile ConfigMap) are the user's to fix.
+        print(f"tokenpilot run: {exc}", file=sys.stderr)
+        return 2
     return 0

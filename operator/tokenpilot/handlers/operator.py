@@ -1,14 +1,13 @@
 """The operator process: every handler module, and `operate()` to run them.
 
-Importing this module registers all kopf handlers (LLMService reconcile and, once present, the
-autoscaler); `operate` builds the shared runtime (client, GPU catalog, node list, discovery)
+Importing this module registers all kopf handlers (LLMService reconcile and the autoscaler);
+`operate` builds the shared runtime (client, GPU catalog, node list, discovery)
 and runs kopf until the stop flag is set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -17,24 +16,17 @@ from typing import Any
 
 import kopf
 
-from tokenpilot.adapters.kube import connect
+from tokenpilot.adapters.kube import KubeClient, connect
 from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.profiles import load_catalog
+from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.profiles import ProfileCatalog
 from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
+from tokenpilot.handlers.autoscaler import AutoscalerConfig
 from tokenpilot.handlers.reconcile import Runtime
 
 log = logging.getLogger("tokenpilot.operator")
-
-# Handler modules written alongside this one; each registers its kopf handlers on import.
-OPTIONAL_HANDLER_MODULES = ("tokenpilot.handlers.autoscaler",)
-for _module in OPTIONAL_HANDLER_MODULES:
-    try:
-        importlib.import_module(_module)
-    except ModuleNotFoundError as _exc:
-        if _exc.name != _module:
-            raise
-        log.debug("%s is not installed; running without it", _module)
 
 
 @kopf.on.login()
@@ -64,11 +56,28 @@ class OperatorConfig:
     namespaces: Sequence[str] = ()  # empty: every namespace
     resync_interval_s: float = 60.0
     liveness_endpoint: str | None = None
+    metrics_port: int | None = None  # the operator's own /metrics; None: not served
+    gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
+
+
+def _catalog(client: KubeClient, configmap: str | None) -> ProfileCatalog:
+    """Built-in GPU profiles, overridden by the ConfigMap's when one is named."""
+    if configmap is None:
+        return load_catalog()
+    namespace, _slash, name = configmap.partition("/")
+    if not namespace or not name:
+        raise InvalidSpec(f"--gpu-profiles-configmap {configmap!r}: write it as namespace/name")
+    body = client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    if body is None:
+        # The chart always creates it; without it the built-in profiles still serve.
+        log.warning("ConfigMap %s not found; using the built-in GPU profiles only", configmap)
+        return load_catalog()
+    return load_catalog(configmap_data=body.get("data") or {}, configmap=configmap)
 
 
 def build_runtime(config: OperatorConfig) -> Runtime:
     client = connect(config.kubeconfig)
-    catalog = load_catalog()
+    catalog = _catalog(client, config.gpu_profiles_configmap)
     return Runtime(
         client=client,
         by_name=catalog.get,
@@ -93,7 +102,10 @@ def operate(
             standalone=True,
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
-            memo=kopf.Memo(runtime=runtime),
+            memo=kopf.Memo(
+                runtime=runtime,
+                autoscaler_config=AutoscalerConfig(metrics_port=config.metrics_port),
+            ),
             stop_flag=stop_flag,
             ready_flag=ready_flag,
             liveness_endpoint=config.liveness_endpoint,

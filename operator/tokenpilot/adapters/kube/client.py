@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -20,10 +21,12 @@ DEFAULT_TIMEOUT_S = 15.0
 
 
 class KubeError(Exception):
-    """The API server refused a request; `status` is the HTTP code."""
+    """The API server refused a request (`status` is the HTTP code) or could not be reached
+    (`status` 0)."""
 
     def __init__(self, status: int, message: str, body: dict[str, Any] | None = None) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+        # Status 0: no HTTP answer at all (no kubeconfig, connection refused, timeout).
+        super().__init__(message if status == 0 else f"HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.body = body or {}
@@ -68,8 +71,12 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
-        response.read()  # type: ignore[no-untyped-call]
+        try:
+            response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
+            response.read()  # type: ignore[no-untyped-call]
+        except urllib3.exceptions.HTTPError as exc:
+            # Connection refused, TLS failure, timeout: a KubeError callers already handle.
+            raise KubeError(0, f"{method} {path} on {self.host} failed: {exc}") from None
         raw = response.data or b"{}"
         try:
             decoded: dict[str, Any] = json.loads(raw)
@@ -108,9 +115,13 @@ def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, client_configuration=configuration
-        )
+        try:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, client_configuration=configuration
+            )
+        except (k8s_config.ConfigException, OSError) as exc:
+            where = path or "~/.kube/config"
+            raise KubeError(0, f"cannot use kubeconfig {where}: {exc}") from None
     else:
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
