@@ -38,6 +38,9 @@ MAX_REPLICAS = 4
 # Far more than four replicas of eight sequences serve, so the queue stays above its target
 # for the whole burst: calm can only begin once the load has ended and the queue drained.
 BURST = Phase("burst", 20.0, 16.0, 512, 32)
+# First a light load for a little over two intervals, so the operator has a window of samples
+# of the Ready pod (a P99 needs two scrapes) before the burst, as it would in production.
+QUIET = Phase("quiet", 2 * INTERVAL_S + 2, 1.0, 512, 32)
 SAMPLE_S = 0.5
 
 
@@ -102,10 +105,14 @@ async def watch_burst(client: KubeClient, namespace: str, name: str) -> Timeline
     seen = Timeline()
     balancer = Balancer()
     source = DirectSource(timeout_s=2.0)
-    plan = LoadPlan(phases=(BURST,), max_in_flight=400, request_timeout_s=120, drain_timeout_s=60)
+    plan = LoadPlan(
+        phases=(QUIET, BURST), max_in_flight=400, request_timeout_s=120, drain_timeout_s=60
+    )
     generator: LoadGenerator | None = None
     load: asyncio.Task[Any] | None = None
-    deadline = time.monotonic() + BURST.duration_s + 60 + WINDOW_S * (MAX_REPLICAS + 2)
+    deadline = (
+        time.monotonic() + QUIET.duration_s + BURST.duration_s + 60 + WINDOW_S * (MAX_REPLICAS + 2)
+    )
     try:
         while time.monotonic() < deadline:
             now = time.monotonic()
@@ -171,6 +178,14 @@ def test_a_burst_scales_up_fast_and_the_service_returns_to_min_only_after_the_wi
         )
         seen = asyncio.run(watch_burst(client, namespace, "burst"))
     history = ", ".join(f"{t - seen.replicas[0][0]:.1f}s {d}/{r}" for t, d, r in seen.replicas[::4])
+    t0 = seen.replicas[0][0]
+    print(  # the figures, for -s runs and failure reports
+        {k: None if v is None else round(v - t0, 1) for k, v in (
+            ("crossed", seen.crossed_s), ("scaled_up", seen.scaled_up_s),
+            ("peak_ready", seen.peak_ready_s), ("load_ended", seen.load_ended_s),
+            ("first_down", seen.first_down_s), ("at_min", seen.at_min_s))},
+        "peak", seen.peak_replicas,
+    )  # fmt: skip
     assert seen.crossed_s is not None, f"no signal crossed its threshold: {history}"
     assert seen.scaled_up_s is not None, f"the operator never scaled up: {history}"
     # Within two evaluation intervals of the crossing (plus the half-second sampling here).
