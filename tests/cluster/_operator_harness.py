@@ -45,11 +45,16 @@ def install_crd(client: KubeClient) -> None:
 
 
 @contextmanager
-def operator_thread(kubeconfig: Path, namespace: str, resync_s: float = 2.0) -> Iterator[None]:
+def operator_thread(
+    kubeconfig: Path, namespace: str, resync_s: float = 2.0, profiles_configmap: str | None = None
+) -> Iterator[None]:
     """The operator, in this process, watching one namespace; stopped on exit."""
     stop, ready = threading.Event(), threading.Event()
     config = OperatorConfig(
-        kubeconfig=str(kubeconfig), namespaces=(namespace,), resync_interval_s=resync_s
+        kubeconfig=str(kubeconfig),
+        namespaces=(namespace,),
+        resync_interval_s=resync_s,
+        gpu_profiles_configmap=profiles_configmap,
     )
     errors: list[BaseException] = []
 
