@@ -6,7 +6,7 @@ order; the first that speaks sets the phase:
   missing      no Deployment yet                      -> Pending
   stalled      the rollout exceeded its deadline      -> Degraded
   rolling      the Deployment has not caught up       -> Progressing
-  short        fewer ready replicas than asked        -> Progressing (Degraded if some were lost)
+  short        fewer ready replicas than asked        -> Progressing
   ready        everything asked for is ready          -> Ready
 The status written excludes `autoscaling`, which belongs to the autoscaler.
 """
