@@ -1,7 +1,8 @@
 """One reconcile of one LLMService: plan in the core, then execute with the kube adapter.
 
-    read the service -> plan (SKU, fit, batching, manifests)  [core, may refuse]
-    for each manifest: read live; apply only if the core sees a difference
+    plan (SKU, fit, batching, manifests)                      [core, may refuse]
+    for each manifest: compare with the live object (read unless the trigger carries it);
+                       apply only if the core sees a difference
     desired status from the live Deployment                   [core]
     write status only if it differs; an Event for every change
 

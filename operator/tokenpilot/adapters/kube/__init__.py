@@ -10,6 +10,8 @@
     events.py     Events on an LLMService
     nodes.py      nodes as NodeFacts for SKU choice
     discovery.py  whether an API (e.g. ServiceMonitor) is served
+    apiserver_metrics.py
+                  the API server's own count of write requests (tests, benchmarks)
 
 Adapters move data and do not decide: what to apply and whether is decided in the core.
 """
