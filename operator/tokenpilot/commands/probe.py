@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+from dataclasses import asdict
 
 from tokenpilot.tooling.probe import (
     ProbeError,
@@ -52,9 +54,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--decode-prompt-len", type=int, default=1024, help="context of each decode stream"
     )
     parser.add_argument(
-        "--bursts", type=int, default=1, help="bursts per condition; the median is reported"
+        "--bursts", type=int, default=3, help="bursts per condition; the median is reported"
     )
     parser.add_argument("--gpu", help="print this GPU profile's measured heatmap beside")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,13 +84,20 @@ def run(args: argparse.Namespace) -> int:
         decode_prompt_len=max(1, args.decode_prompt_len),
     )
     try:
-        if not args.heatmap:
-            print(asyncio.run(run_probe(settings)).describe())
-            return 0
-        results = asyncio.run(run_heatmap(settings, args.num_prefills, args.prefill_lens))
+        if args.heatmap:
+            results = asyncio.run(run_heatmap(settings, args.num_prefills, args.prefill_lens))
+        else:
+            results = [asyncio.run(run_probe(settings))]
     except ProbeError as error:
         print(f"probe: {error}", file=sys.stderr)
         return 1
+    if args.json:
+        rows = [{**asdict(r), "interference_pct": r.interference_pct} for r in results]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not args.heatmap:
+        print(results[0].describe())
+        return 0
     measured = _measured_heatmap(args.gpu) if args.gpu else None
     for result in results:
         print(result.describe())

@@ -201,6 +201,7 @@ class _BurstTimes:
     done: float
     engine_arrival_s: float | None
     engine_done_s: float | None
+    engine_last_arrival_s: float | None = None
 
 
 def _stamp(line: str, key: str) -> float | None:
@@ -409,32 +410,15 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
         await asyncio.sleep(settings.baseline_s / scale)
         baseline_end = time.monotonic()
         bursts: list[_BurstTimes] = []
-        for _ in range(settings.num_bursts):
-            # 3. INJECT, just after a decode token so the burst lands early in an iteration.
-            burst = _Burst(
-                url,
-                [_prefill_body(model, settings.prefill_len) for _ in range(settings.num_prefill)],
-            )
-            await burst.connect()
-            tick.clear()
-            await _bounded(tick.wait(), settings.request_timeout_s, "a decode token")
-            inject_sent = time.monotonic()
-            burst.send()
-            firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
-            await burst.close()
-            arrivals = [a for _, _, a in firsts]
-            stamps = [e for _, e, _ in firsts]
-            stamped = None not in arrivals and None not in stamps
-            bursts.append(
-                _BurstTimes(
-                    sent=inject_sent,
-                    done=max(t for t, _, _ in firsts),
-                    engine_arrival_s=min(a for a in arrivals if a is not None) if stamped else None,
-                    engine_done_s=max(e for e in stamps if e is not None) if stamped else None,
-                )
-            )
+        attempts = 0
+        while len(bursts) < settings.num_bursts:
+            attempts += 1
+            burst = await _inject(settings, url, model, tick)
             # 4. RECOVERY
             await asyncio.sleep(settings.recovery_s / scale)
+            if _straddles_a_step(burst, streams[0].engine) and attempts < 3 * settings.num_bursts:
+                continue  # its requests reached the engine in different steps: send it again
+            bursts.append(burst)
     finally:
         # 5. CLEANUP: closing the streams aborts them on the server.
         for task in tasks:
@@ -452,6 +436,41 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
     ]
     results.sort(key=lambda r: r.interference_pct)
     return results[len(results) // 2]
+
+
+async def _inject(
+    settings: ProbeSettings, url: str, model: str, tick: asyncio.Event
+) -> _BurstTimes:
+    """3. INJECT, just after a decode token so the burst lands early in an iteration."""
+    burst = _Burst(
+        url, [_prefill_body(model, settings.prefill_len) for _ in range(settings.num_prefill)]
+    )
+    await burst.connect()
+    tick.clear()
+    await _bounded(tick.wait(), settings.request_timeout_s, "a decode token")
+    sent = time.monotonic()
+    burst.send()
+    firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
+    await burst.close()
+    arrivals = [a for _, _, a in firsts if a is not None]
+    stamps = [e for _, e, _ in firsts if e is not None]
+    stamped = len(arrivals) == len(stamps) == len(firsts)
+    return _BurstTimes(
+        sent=sent,
+        done=max(t for t, _, _ in firsts),
+        engine_arrival_s=min(arrivals) if stamped else None,
+        engine_done_s=max(stamps) if stamped else None,
+        engine_last_arrival_s=max(arrivals) if stamped else None,
+    )
+
+
+def _straddles_a_step(burst: _BurstTimes, decode_stamps: Sequence[float]) -> bool:
+    """Whether the burst's requests reached the engine on both sides of a step start (which
+    only engine stamps can tell): then it is not the burst the condition asks for."""
+    if burst.engine_arrival_s is None or burst.engine_last_arrival_s is None:
+        return False
+    first_start = next((t for t in decode_stamps if t >= burst.engine_arrival_s), None)
+    return first_start is not None and burst.engine_last_arrival_s > first_start
 
 
 async def _bounded(awaitable, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
