@@ -225,3 +225,25 @@ def test_operator_judgements_end_infeasible(
     versions = resource_versions(client, namespace)
     time.sleep(5)
     assert resource_versions(client, namespace) == versions
+
+
+def test_infeasible_spec_recovers_when_fixed(
+    client: KubeClient, namespace: str, operator: None
+) -> None:
+    body = sample(L40S, namespace)
+    body["spec"]["accelerator"]["sku"] = "B200"
+    create(client, body)
+    eventually(
+        lambda: (
+            get_llms(client, namespace, "llama-8b-l40s").get("status", {}).get("phase")
+            == "Infeasible"
+        ),
+        timeout_s=30,
+        what="phase Infeasible",
+    )
+    patch_spec(client, namespace, "llama-8b-l40s", {"accelerator": {"sku": "L40S"}})
+    status = eventually(
+        lambda: ready(client, namespace, "llama-8b-l40s", 1), timeout_s=90, what="Ready once fixed"
+    )
+    infeasible = next(c for c in status["conditions"] if c["type"] == "Infeasible")
+    assert infeasible["status"] == "False"
