@@ -27,12 +27,17 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from _operator_harness import client_for, create, get_llms, operator_thread, sample
+from _operator_harness import (
+    client_for,
+    create,
+    get_llms,
+    install_crd,
+    operator_thread,
+    sample,
+)
 
 from tokenpilot.adapters.kube import KubeClient
-from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
-from tokenpilot.api.crd import crd
 from tokenpilot.core.render import SERVICE_LABEL
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
@@ -45,17 +50,7 @@ WINDOW_S = 10.0
 @pytest.fixture
 def client(kubeconfig: Path) -> KubeClient:
     kube = client_for(kubeconfig)
-    apply(kube, crd())
-    path = RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")].path(
-        name="llmservices.serving.tokenpilot.dev"
-    )
-
-    def established() -> bool:
-        conditions = ((kube.get(path) or {}).get("status") or {}).get("conditions") or []
-        served = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-        return served and kube.get(LLMSERVICES.path("default")) is not None
-
-    eventually(established, timeout_s=30, what="the LLMService CRD to be established")
+    install_crd(kube)
     return kube
 
 

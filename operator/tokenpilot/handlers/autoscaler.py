@@ -6,7 +6,7 @@ Every `spec.autoscaling.interval` (5 s by default) the daemon
     observes the service through its metrics source               [metrics adapter]
     decide(policy, history, observation, now)                     [core, pure]
     writes spec.replicas through the scale subresource if it changed, with an Event
-    writes status.autoscaling when the decision changed (or every 30 s for fresh figures)
+    writes status.autoscaling when the outcome (replicas, mode, reason code) changed
     exports the decision, the bounds and the SLO targets on the operator's /metrics
 
 Each service has its own daemon, so a broken engine or an unreachable Prometheus holds that
@@ -65,7 +65,6 @@ class AutoscalerConfig:
     metrics_port: int | None = None  # None: do not serve the operator's /metrics
     metrics_address: str = "0.0.0.0"
     scrape_timeout_s: float = 2.0
-    status_refresh_s: float = 30.0
 
 
 @dataclass
@@ -139,7 +138,6 @@ class ServiceLoop:
     name: str
     history: History = field(default_factory=History)
     last_status: tuple[int, str, str] | None = None
-    last_status_at_s: float = -1e9
 
     async def evaluate(self, body: Mapping[str, Any]) -> float:
         """One evaluation; returns the seconds to wait before the next."""
@@ -223,10 +221,9 @@ class ServiceLoop:
     async def _write_status(
         self, desired: int, mode: str, reason: str, *, code: str = "InvalidSpec"
     ) -> None:
-        """status.autoscaling when the outcome changed, or every status_refresh_s."""
+        """status.autoscaling when the outcome changed; a steady service costs no writes."""
         key = (desired, mode, code)
-        fresh = time.monotonic() - self.last_status_at_s < self.runtime.config.status_refresh_s
-        if key == self.last_status and fresh:
+        if key == self.last_status:
             return
         status: dict[str, Any] = {
             "desiredReplicas": desired,
@@ -237,7 +234,7 @@ class ServiceLoop:
         await asyncio.to_thread(
             patch_status, self.client, self.namespace, self.name, {"autoscaling": status}
         )
-        self.last_status, self.last_status_at_s = key, time.monotonic()
+        self.last_status = key
 
     def _export(
         self,
