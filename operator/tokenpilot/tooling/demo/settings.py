@@ -49,7 +49,7 @@ class DemoSettings:
     burst_s: float = 50.0
     burst_rate_per_s: float = 6.0
     # The cool-down ends early once the service is back at minReplicas (and stays so briefly).
-    cool_down_s: float = 120.0
+    cool_down_s: float = 100.0
     cool_down_rate_per_s: float = 1.0
     # Bounds on the whole run: setup waits, and the hard stop of the load.
     ready_timeout_s: float = 120.0
