@@ -381,6 +381,8 @@ async def run_plan(plan: LoadPlan, endpoints: Iterable[str]) -> LoadResult:
 
 @dataclass(frozen=True)
 class PhaseSummary:
+    """Client-side figures of the requests *sent* in one phase (they may finish after it)."""
+
     name: str
     num_sent: int
     num_ok: int
@@ -389,7 +391,7 @@ class PhaseSummary:
     ttft_p99_s: float | None
     itl_p50_s: float | None
     itl_p99_s: float | None
-    output_tokens_per_s: float
+    output_tokens_per_s: float  # tokens those requests received, over the phase's duration
 
 
 def summarize(result: LoadResult) -> list[PhaseSummary]:
