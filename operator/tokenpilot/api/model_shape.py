@@ -7,7 +7,7 @@ published totals including embeddings.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from tokenpilot.api.base import ApiModel
 
 
-class DType(str, Enum):
+class DType(StrEnum):
     """Storage type of weights or KV cache entries."""
 
     bfloat16 = "bfloat16"
