@@ -22,7 +22,7 @@ def test_sample_renders(path: Path) -> None:
     planned = plan(
         service, nodes=CLUSTER, by_name=by_name, by_product=by_product, service_monitor_served=True
     )
-    assert [m["kind"] for m in planned.manifests][0] == "Deployment"
+    assert next(m["kind"] for m in planned.manifests) == "Deployment"
 
 
 def test_there_are_h100_and_l40s_samples() -> None:
