@@ -61,21 +61,22 @@ class LiveView:
 
     def _render(self, s: Sample, phase: str, sent: int, in_flight: int, errors: int) -> Group:
         table = Table(title=f"TokenPilot autoscaling demo  t = {s.t_s:.0f} s  ({phase})")
-        table.add_column("replicas (desired / ready)", justify="center")
-        table.add_column("queue (waiting / running)", justify="center")
-        table.add_column("P99 ITL (10 s window)", justify="center")
-        table.add_column("token budget", justify="center")
-        table.add_column("requests (sent / in flight / errors)", justify="center")
+        # Two-line headers keep the table inside an 80-column terminal.
+        table.add_column("replicas\ndesired / ready", justify="center")
+        table.add_column("queue\nwait / run", justify="center")
+        table.add_column("P99 ITL, 10 s\nvs SLO", justify="center")
+        table.add_column("token\nbudget", justify="center")
+        table.add_column("requests\nsent/open/err", justify="center")
         over = s.itl_p99_s is not None and s.itl_p99_s > self.slo_s
-        itl = Text(f"{_ms(s.itl_p99_s)} / SLO {_ms(self.slo_s)}", style="bold red" if over else "")
+        itl_ms = "-" if s.itl_p99_s is None else f"{s.itl_p99_s * 1000:.1f}"
+        itl = Text(f"{itl_ms} / {self.slo_s * 1000:g} ms", style="bold red" if over else "")
         bar = "#" * s.ready_replicas + "+" * max(0, s.desired_replicas - s.ready_replicas)
         table.add_row(
-            f"{s.desired_replicas} / {s.ready_replicas}  {bar:<{self.bounds[1]}}  "
-            f"[{self.bounds[0]}..{self.bounds[1]}]",
+            f"{s.desired_replicas} / {s.ready_replicas}  {bar:<{self.bounds[1]}}",
             f"{_num(s.num_waiting)} / {_num(s.num_running)}",
             itl,
             str(s.token_budget or "-"),
-            f"{sent} / {in_flight} / {errors}",
+            f"{sent}/{in_flight}/{errors}",
         )
         decision = Text(f"autoscaler: [{s.mode}] {s.reason}", overflow="fold")
         return Group(table, decision)
