@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -48,7 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
-    result: int = _load(args.command).run(args)
+    try:
+        result: int = _load(args.command).run(args)
+    except BrokenPipeError:
+        # The reader went away (`tokenpilot dev-cluster status | head`): stop quietly, and keep
+        # the interpreter from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return result
 
 
