@@ -57,7 +57,7 @@ async def engines(*argvs: Sequence[str]) -> AsyncIterator[list[str]]:
             await runner.cleanup()
 
 
-async def test_every_request_is_recorded_with_its_phase_ttft_and_token_gaps():
+async def test_every_request_is_recorded_with_its_phase_ttft_and_token_gaps() -> None:
     plan = LoadPlan(
         phases=(Phase("quiet", 1.0, 5.0, 64, 8), Phase("burst", 1.0, 20.0, 256, 8)), seed=1
     )
@@ -77,7 +77,7 @@ async def test_every_request_is_recorded_with_its_phase_ttft_and_token_gaps():
     assert summary["burst"].itl_p99_s is not None
 
 
-async def test_an_overloaded_engine_shows_up_as_longer_time_to_first_token():
+async def test_an_overloaded_engine_shows_up_as_longer_time_to_first_token() -> None:
     # One sequence at a time: a burst has to queue in the engine, and the client sees it.
     plan = LoadPlan(phases=(Phase("quiet", 2.0, 1.0, 64, 16), Phase("burst", 1.0, 30.0, 64, 16)))
     async with engines(["--max-num-seqs", "1", "--time-scale", "0.5"]) as urls:
@@ -87,7 +87,7 @@ async def test_an_overloaded_engine_shows_up_as_longer_time_to_first_token():
     assert summary["burst"].ttft_p99_s > 5 * summary["quiet"].ttft_p99_s
 
 
-async def test_requests_go_to_the_engine_with_the_fewest_outstanding():
+async def test_requests_go_to_the_engine_with_the_fewest_outstanding() -> None:
     # The slow engine holds its requests ten times longer, so it should get far fewer of them.
     plan = LoadPlan(phases=(Phase("load", 2.0, 20.0, 16, 16),), seed=3)
     async with engines(["--time-scale", "1"], ["--time-scale", "0.1"]) as urls:
@@ -97,7 +97,7 @@ async def test_requests_go_to_the_engine_with_the_fewest_outstanding():
     assert fast > 2 * slow > 0
 
 
-async def test_the_run_is_bounded_in_requests_in_flight_and_time():
+async def test_the_run_is_bounded_in_requests_in_flight_and_time() -> None:
     plan = LoadPlan(
         phases=(Phase("load", 1.0, 50.0, 16, 1000),),
         max_requests=20,
@@ -114,14 +114,14 @@ async def test_the_run_is_bounded_in_requests_in_flight_and_time():
     assert all(r.error and "cancelled" in r.error for r in result.records)
 
 
-async def test_a_request_the_engine_refuses_is_recorded_as_an_error():
+async def test_a_request_the_engine_refuses_is_recorded_as_an_error() -> None:
     plan = LoadPlan(phases=(Phase("load", 0.5, 10.0, 16, 4),), model="not-served")
     async with engines([]) as urls:
         result = await run_plan(plan, urls)
     assert result.records and all(r.error and "HTTP 404" in r.error for r in result.records)
 
 
-async def test_endpoints_can_change_while_running():
+async def test_endpoints_can_change_while_running() -> None:
     plan = LoadPlan(phases=(Phase("a", 1.0, 20.0, 16, 2), Phase("b", 1.0, 20.0, 16, 2)))
     async with engines([], []) as urls:
         balancer = Balancer([urls[0]])
@@ -143,13 +143,13 @@ async def test_endpoints_can_change_while_running():
         ("127.0.0.1:8000", r"not an http\(s\) URL"),
     ],
 )
-def test_only_loopback_endpoints_are_accepted(url: str, fragment: str):
+def test_only_loopback_endpoints_are_accepted(url: str, fragment: str) -> None:
     with pytest.raises(LoadError, match=fragment):
         check_loopback(url)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000/", "http://127.9.8.7:1", "http://[::1]:80"])
-def test_loopback_endpoints_are_accepted(url: str):
+def test_loopback_endpoints_are_accepted(url: str) -> None:
     assert check_loopback(url) == url.rstrip("/")
 
 
@@ -162,7 +162,7 @@ def test_loopback_endpoints_are_accepted(url: str):
         (Phase("x", 1, 1, 1, 0), "max tokens"),
     ],
 )
-def test_bad_phases_are_refused_naming_the_setting(phase: Phase, fragment: str):
+def test_bad_phases_are_refused_naming_the_setting(phase: Phase, fragment: str) -> None:
     with pytest.raises(LoadError, match=fragment):
         LoadPlan(phases=(phase,)).check()
 
@@ -176,7 +176,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_load_command_prints_one_json_object_per_run():
+def test_load_command_prints_one_json_object_per_run() -> None:
     port = free_port()
     engine = subprocess.Popen(
         [sys.executable, "-m", "tokenpilot.cli", "engine-sim", "--port", str(port)],
@@ -213,7 +213,7 @@ def test_load_command_prints_one_json_object_per_run():
         (["--url", "http://127.0.0.1:1", "--rate", "-1"], "rate must be"),
     ],
 )
-def test_load_command_refuses_bad_input_with_exit_2(args: list[str], fragment: str):
+def test_load_command_refuses_bad_input_with_exit_2(args: list[str], fragment: str) -> None:
     done = _cli(*args)
     assert done.returncode == 2
     assert fragment in done.stderr
