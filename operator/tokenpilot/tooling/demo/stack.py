@@ -130,8 +130,10 @@ class Stack:
             "--kubeconfig", self.kubeconfig, "--namespace", NAMESPACE,
             "--resync-interval", "10",
         ]  # fmt: skip
+        # Own session, like the cluster's processes: Ctrl-C reaches the demo only, and the
+        # demo's teardown stops the operator in order.
         self._operator = subprocess.Popen(
-            argv, stdout=self._operator_log_file, stderr=subprocess.STDOUT
+            argv, stdout=self._operator_log_file, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.say(f"operator started (pid {self._operator.pid}, log {self.operator_log})")
 
