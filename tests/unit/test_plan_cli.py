@@ -118,7 +118,10 @@ def test_shape_file_instead_of_a_preset(capsys: pytest.CaptureFixture[str], tmp_
     )
     args = ["plan", "--gpu", "H100", "--shape", str(shape), "--itl-p99", "50ms", "--json"]
     code, out, _ = _plan(capsys, *args)
-    assert code == 0 and json.loads(out)["token_budget"] == 8192
+    preset_args = ["plan", "--gpu", "H100", "--model", "llama-3.1-8b", "--itl-p99", "50ms"]
+    _, preset_out, _ = _plan(capsys, *preset_args, "--json")
+    assert code == 0
+    assert json.loads(out)["token_budget"] == json.loads(preset_out)["token_budget"]
     shape.write_text("numParameters: 8030261248\n")
     code, _, err = _plan(capsys, *args)
     assert code == 2 and str(shape) in err and "numLayers" in err
