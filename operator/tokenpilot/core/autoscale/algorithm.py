@@ -6,18 +6,24 @@ The algorithm, in the order it is applied:
    metrics say.
 2. Blindness holds: an observation older than max_observation_age_s, a fleet with no ready pod
    yet, or a signal that is missing or NaN keeps the replicas as they are and says why. It also
-   restarts both windows, so nothing seen before the gap counts towards a later move.
-3. Signals: queue = waiting requests per scraped pod / target; ITL and TTFT = P99 / SLO (0.0
-   when the window had no traffic). Pressure is the largest ratio.
+   restarts both windows and forgets the last queue reading, so nothing seen before the gap
+   counts towards a later move.
+3. Signals: ITL and TTFT = P99 / SLO (0.0 when the window had no traffic). The queue (waiting
+   requests per scraped pod / target) counts as the smaller of this reading and the previous
+   evaluation's, so a burst one engine clears between two scrapes moves nothing; a reading at
+   queue_panic_ratio counts alone. Pressure is the largest counted ratio.
 4. Pressure above 1 scales up, proportionally: ceil(ready * pressure) replicas are needed.
    Replicas that are starting count as coming capacity, so if spec.replicas already covers the
    need the autoscaler waits for them instead of asking again. Outside panic the breach must
    have lasted scale_up_stabilization_s and the step is at most max_scale_up_step; at
-   pressure >= panic_ratio the window is skipped and the fleet may double.
-5. Otherwise scale down only if every signal has been well under target (scale_down_ratio, the
-   queue as it would be after the step, latencies by the upper edge of their P99 bucket) for
-   scale_down_stabilization_s with every pod visible, and scale_down_step_interval_s has
-   passed since the last step down; then remove max_scale_down_step replicas.
+   pressure >= panic_ratio the window is skipped and the fleet may double. A queue over target
+   in this reading only is held as a spike until the next evaluation confirms it.
+5. Otherwise scale down only if the fleet one step smaller would still be within targets
+   (latencies provably under their SLO by their bucket edge, the queue spread over fewer
+   replicas under scale_down_ratio of its target, P99s scaled by the per-replica load after the
+   step under scale_down_latency_ratio of their SLO) for scale_down_stabilization_s with every
+   pod visible, and scale_down_step_interval_s has passed since the last step down; then
+   remove max_scale_down_step replicas.
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
 """
 
@@ -30,6 +36,7 @@ from tokenpilot.core.autoscale.decision import Decision, Mode, Reason, Signals
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
 
+_BLIND = (Reason.stale_metrics, Reason.no_ready_pods, Reason.missing_metrics, Reason.partial_scrape)
 # Guards ceil() against 3 * (4/3) = 4.0000000001 asking for a fifth replica.
 _EPSILON = 1e-9
 
@@ -43,8 +50,21 @@ def decide(
     the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
     from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
     """
+    decision = _decide(policy, history, observation, now_s)
+    if decision.mode is Mode.hold and decision.reason_code in _BLIND:
+        return decision
+    # The reading this evaluation saw is the "previous" one for the next.
+    remembered = replace(
+        decision.history, last_queue_per_replica=decision.signals.queue_per_replica
+    )
+    return replace(decision, history=remembered)
+
+
+def _decide(
+    policy: AutoscalePolicy, history: History, observation: Observation, now_s: float
+) -> Decision:
     current = observation.desired_replicas
-    signals = _signals(policy, observation)
+    signals = _signals(policy, observation, history.last_queue_per_replica)
 
     if current < policy.min_replicas or current > policy.max_replicas:
         return _to_bounds(policy, history, signals, current, now_s)
@@ -81,15 +101,33 @@ def decide(
 
     if signals.pressure > 1.0:
         return _scale_up(policy, history, observation, signals, now_s)
+    if (signals.queue_spike_ratio or 0.0) > 1.0:
+        return Decision(
+            current,
+            Mode.hold,
+            Reason.queue_spike,
+            f"{_describe(policy, signals)}: the queue is over target in this reading only; "
+            "scaling up if the next evaluation still sees it",
+            signals,
+            replace(history, calm_since_s=None),
+        )
     return _scale_down(policy, history, observation, signals, now_s)
 
 
-def _signals(policy: AutoscalePolicy, observation: Observation) -> Signals:
+def _signals(
+    policy: AutoscalePolicy, observation: Observation, last_queue_per_replica: float | None
+) -> Signals:
     scraped = observation.num_pods_scraped
     waiting = observation.num_requests_waiting
     queue_per_replica = None
     if waiting is not None and math.isfinite(waiting) and scraped > 0:
         queue_per_replica = waiting / scraped
+    target = policy.target_queue_per_replica
+    spike_ratio = None if queue_per_replica is None else queue_per_replica / target
+    queue_ratio = spike_ratio
+    if spike_ratio is not None and spike_ratio < policy.queue_panic_ratio:
+        # Only a queue that outlasts one evaluation interval counts (see the module docstring).
+        queue_ratio = min(spike_ratio, (last_queue_per_replica or 0.0) / target)
     itl_p99_s, itl_ratio = _latency(observation.itl, policy.itl_p99_slo_s)
     ttft_p99_s, ttft_ratio = _latency(observation.ttft, policy.ttft_p99_slo_s)
     return Signals(
@@ -97,11 +135,8 @@ def _signals(policy: AutoscalePolicy, observation: Observation) -> Signals:
         starting_replicas=max(0, observation.desired_replicas - observation.ready_replicas),
         num_pods_scraped=scraped,
         queue_per_replica=queue_per_replica,
-        queue_ratio=(
-            None
-            if queue_per_replica is None
-            else queue_per_replica / policy.target_queue_per_replica
-        ),
+        queue_ratio=queue_ratio,
+        queue_spike_ratio=spike_ratio,
         itl_p99_s=itl_p99_s,
         itl_ratio=itl_ratio,
         ttft_p99_s=ttft_p99_s,
@@ -163,14 +198,15 @@ def _to_bounds(
 
 
 def _hold(code: Reason, words: str, current: int, signals: Signals, history: History) -> Decision:
-    # Blind evaluations break both runs: a window must be observed end to end to count.
+    # Blind evaluations break both runs and the queue's pair of readings: a window must be
+    # observed end to end to count.
     return Decision(
         current,
         Mode.hold,
         code,
         words,
         signals,
-        replace(history, breach_since_s=None, calm_since_s=None),
+        replace(history, breach_since_s=None, calm_since_s=None, last_queue_per_replica=None),
     )
 
 
@@ -275,12 +311,13 @@ def _scale_down(
             signals,
             within,
         )
-    if not _calm(policy, observation, current - step):
+    short = _short_after_step(policy, observation, current - step)
+    if short:
         return Decision(
             current,
             Mode.steady,
             Reason.within_targets,
-            f"{figures}: within targets, not enough headroom to remove a replica",
+            f"{figures}: within targets, but on {current - step} replicas {short}",
             signals,
             within,
         )
@@ -314,28 +351,48 @@ def _scale_down(
         current - step,
         Mode.scale_down,
         Reason.sustained_headroom,
-        f"{figures}: every signal under {policy.scale_down_ratio:g}x target for "
+        f"{figures}: {current - step} replicas would stay within targets, for "
         f"{calm_s:.0f} s; scaling {current} -> {current - step}",
         signals,
         replace(calm, last_scale_down_s=now_s),
     )
 
 
-def _calm(policy: AutoscalePolicy, observation: Observation, replicas_after: int) -> bool:
-    """Every signal well under target, the queue as it would be on `replicas_after`."""
-    ratio = policy.scale_down_ratio
+def _short_after_step(
+    policy: AutoscalePolicy, observation: Observation, replicas_after: int
+) -> str | None:
+    """Why the fleet on `replicas_after` replicas could break a target, or None if it would not.
+
+    Called only with every pod visible and no signal missing.
+    """
     waiting = observation.num_requests_waiting or 0.0
-    if waiting / max(1, replicas_after) > ratio * policy.target_queue_per_replica:
-        return False
-    for quantile, slo_s in (
-        (observation.itl, policy.itl_p99_slo_s),
-        (observation.ttft, policy.ttft_p99_slo_s),
+    queue_after = waiting / max(1, replicas_after)
+    if queue_after > policy.scale_down_ratio * policy.target_queue_per_replica:
+        return (
+            f"the queue would be {queue_after:.1f}/replica, over "
+            f"{policy.scale_down_ratio:g}x its target"
+        )
+    # The balancer spreads running + waiting over the replicas left: each carries this much
+    # more than today, and a step's time grows at most in proportion to its batch.
+    load_factor = max(1.0, observation.num_pods_scraped / max(1, replicas_after))
+    for name, quantile, slo_s in (
+        ("ITL", observation.itl, policy.itl_p99_slo_s),
+        ("TTFT", observation.ttft, policy.ttft_p99_slo_s),
     ):
         if slo_s is None or quantile is None or quantile.idle:
             continue
-        if quantile.bound_s > ratio * slo_s:
-            return False
-    return True
+        if quantile.bound_s > slo_s:
+            return (
+                f"P99 {name} is not provably under its SLO now (its bucket reaches "
+                f"{quantile.bound_s:.3f} s)"
+            )
+        projected_s = quantile.p99_s * load_factor
+        if projected_s > policy.scale_down_latency_ratio * slo_s:
+            return (
+                f"P99 {name} would be about {projected_s:.3f} s, over "
+                f"{policy.scale_down_latency_ratio:g}x its SLO"
+            )
+    return None
 
 
 def _dominant(signals: Signals) -> Reason:

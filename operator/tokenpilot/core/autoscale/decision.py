@@ -35,6 +35,7 @@ class Reason(StrEnum):
     itl_over_slo = "ItlOverSlo"
     ttft_over_slo = "TtftOverSlo"
     confirming = "ConfirmingBreach"
+    queue_spike = "QueueSpike"
     capacity_starting = "CapacityStarting"
     at_max = "AtMaxReplicas"
     within_targets = "WithinTargets"
@@ -46,6 +47,10 @@ class Reason(StrEnum):
 class Signals:
     """The figures behind a decision. Ratios are signal / target (1.0 = at target); a ratio is
     None when its signal was missing or has no target, and 0.0 when the window was idle.
+
+    `queue_per_replica` is this evaluation's reading; `queue_ratio` is the queue as decide()
+    counts it (the smaller of two consecutive readings, or this one alone when it is at
+    queue_panic_ratio); `queue_spike_ratio` is this reading alone over target.
     """
 
     ready_replicas: int
@@ -53,6 +58,7 @@ class Signals:
     num_pods_scraped: int
     queue_per_replica: float | None = None
     queue_ratio: float | None = None
+    queue_spike_ratio: float | None = None
     itl_p99_s: float | None = None
     itl_ratio: float | None = None
     ttft_p99_s: float | None = None

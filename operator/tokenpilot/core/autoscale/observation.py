@@ -79,9 +79,12 @@ class History:
     - `calm_since_s`: start of the current run with every signal well under target and the
       whole fleet visible.
     - `last_scale_up_s` / `last_scale_down_s`: when decide() last moved each way.
+    - `last_queue_per_replica`: the queue read by the previous evaluation, None after a blind
+      one; a queue counts only when two consecutive readings are over target.
     """
 
     breach_since_s: float | None = None
     calm_since_s: float | None = None
     last_scale_up_s: float | None = None
     last_scale_down_s: float | None = None
+    last_queue_per_replica: float | None = None

@@ -9,8 +9,15 @@ and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
   request's worth of waiting in its TTFT.
 - `itl_p99_slo_s` / `ttft_p99_slo_s`: none by default; they come from `spec.slo`. A signal with
   no objective is reported but does not drive scaling.
-- `panic_ratio = 2.0`: a signal at twice its target is not noise; waiting would only make the
-  backlog longer, so panic skips the scale-up window and may double the fleet in one step.
+- `panic_ratio = 2.0`: a latency at twice its SLO, or a queue at twice its target over two
+  evaluations, is not noise; waiting would only make the backlog longer, so panic skips the
+  scale-up window and may double the fleet in one step.
+- `queue_panic_ratio = 4.0`: the queue is a gauge read at one instant, and a burst of a dozen
+  requests is cleared by one engine within a second (admitted at the next steps as KV blocks
+  free), so one scrape over target proves nothing. The queue counts when it is over target in
+  two consecutive evaluations (the smaller of the two readings is used), which still acts within
+  two evaluation intervals of the crossing; a single reading at four times the target is a
+  backlog no single step clears and acts at once.
 - `scale_up_stabilization_s = 0`: react in the evaluation that sees the breach (the whole point
   against HPA's 15-30 s loop); counting starting replicas is what prevents repeated scale-ups.
 - `max_scale_up_step = 4`: outside panic, add at most four replicas per decision so one bad
@@ -18,11 +25,16 @@ and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
 - `scale_down_stabilization_s = 300`: the same calm window Kubernetes' HPA uses; a replica
   removed too early costs a model load (minutes) to bring back, one kept too long costs minutes
   of GPU time, so scale-down is deliberately slow.
-- `scale_down_ratio = 0.5`: "well under target" means every signal at or below half its target.
-  The queue is checked as it would be after the step down (waiting spread over fewer replicas);
-  ITL and TTFT are checked on the upper edge of the histogram bucket holding the P99, so coarse
-  buckets can only make the autoscaler more cautious (see docs/autoscaling.md for the measured
-  interpolation error).
+- Scale-down gate, as the smaller fleet would see it. A replica may go only when
+  (1) each latency is provably under its SLO now: the upper edge of the histogram bucket that
+  holds the P99 is at most the SLO (vLLM's coarse ITL buckets cannot hide a breach);
+  (2) the queue after the step, waiting spread over one replica fewer, is at most
+  `scale_down_ratio = 0.5` of its target; and (3) each P99 estimate, scaled by the load each
+  remaining replica would carry (running + waiting over the replicas left, against today's),
+  is at most `scale_down_latency_ratio = 0.8` of its SLO. A decode step costs a fixed part plus
+  a part per running sequence, so scaling the whole step by the load ratio over-estimates the
+  step after the move; the 0.8 leaves room for the P99 interpolation error (docs/autoscaling.md)
+  and is the hysteresis band against the scale-up threshold at 1.0.
 - `max_scale_down_step = 1` and `scale_down_step_interval_s = 30`: after the window, remove one
   replica at a time and let the new load settle for a metrics window before the next.
 - `max_observation_age_s = 15`: three default intervals; an older observation is stale and the
@@ -52,10 +64,12 @@ class AutoscalePolicy:
     itl_p99_slo_s: float | None = None
     ttft_p99_slo_s: float | None = None
     panic_ratio: float = 2.0
+    queue_panic_ratio: float = 4.0
     scale_up_stabilization_s: float = 0.0
     max_scale_up_step: int = 4
     scale_down_stabilization_s: float = 300.0
     scale_down_ratio: float = 0.5
+    scale_down_latency_ratio: float = 0.8
     max_scale_down_step: int = 1
     scale_down_step_interval_s: float = 30.0
     max_observation_age_s: float = 15.0
@@ -74,8 +88,14 @@ class AutoscalePolicy:
                 raise InvalidPolicy(f"{name} must be a positive duration")
         if not self.panic_ratio > 1:
             raise InvalidPolicy("panic_ratio must be > 1 (it multiplies the target)")
-        if not 0 < self.scale_down_ratio < 1:
-            raise InvalidPolicy("scale_down_ratio must be in (0, 1) to leave a hysteresis band")
+        if not self.queue_panic_ratio >= self.panic_ratio:
+            raise InvalidPolicy("queue_panic_ratio must be >= panic_ratio")
+        for name, ratio in (
+            ("scale_down_ratio", self.scale_down_ratio),
+            ("scale_down_latency_ratio", self.scale_down_latency_ratio),
+        ):
+            if not 0 < ratio < 1:
+                raise InvalidPolicy(f"{name} must be in (0, 1) to leave a hysteresis band")
         if self.max_scale_up_step < 1 or self.max_scale_down_step < 1:
             raise InvalidPolicy("max_scale_up_step and max_scale_down_step must be >= 1")
         for name, seconds in (
