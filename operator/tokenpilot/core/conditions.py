@@ -15,8 +15,10 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 INFEASIBLE = "Infeasible"
+# Set by the autoscaler: whether its last evaluation could read the service's metrics.
+METRICS_AVAILABLE = "MetricsAvailable"
 # Conditions are listed in this order, then any others by type, so output is stable.
-ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
+ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE)
 
 
 def find(conditions: Sequence[Condition], type_: str) -> Condition | None:

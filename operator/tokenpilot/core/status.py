@@ -9,14 +9,20 @@ order; the first that speaks sets the phase:
   short        fewer ready replicas than asked        -> Progressing
   ready        everything asked for is ready          -> Ready
 The status written excludes `autoscaling`, which belongs to the autoscaler.
+
+The autoscaler owns one condition, MetricsAvailable, from its last outcome (`metrics_condition`):
+False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
+while no engine pod is ready, True otherwise. The reconciler carries it over untouched.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import (
+    Condition,
     ConditionStatus,
     LLMService,
     LLMServiceStatus,
@@ -24,6 +30,7 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
+from tokenpilot.core.autoscale import Decision, Reason
 from tokenpilot.core.render import Tuning, endpoint, selector_string
 
 
@@ -163,3 +170,48 @@ def owned_status(service: LLMService) -> dict[str, Any]:
 
 def status_changed(service: LLMService, desired: dict[str, Any]) -> bool:
     return owned_status(service) != desired
+
+
+# The holds that mean the autoscaler is blind: the condition status each gives, and its words.
+_BLIND = {
+    Reason.missing_metrics: (ConditionStatus.false, "a signal the autoscaler needs is missing"),
+    Reason.stale_metrics: (ConditionStatus.false, "the latest metrics are too old"),
+    Reason.partial_scrape: (ConditionStatus.false, "not every ready engine pod could be read"),
+    Reason.no_ready_pods: (ConditionStatus.unknown, "no engine pod is ready to be read"),
+}
+
+
+def metrics_condition(
+    conditions: Sequence[Condition],
+    decision: Decision,
+    *,
+    problems: Sequence[str],
+    generation: int,
+    now: str,
+) -> list[Condition]:
+    """`conditions` with MetricsAvailable set from one autoscaler decision.
+
+    The reason is the decision's code when it was blind, so `kubectl describe` shows why the
+    replicas are held, and MetricsRead otherwise. The message names the problems the metrics
+    source reported but no changing figures, so a steady state writes nothing.
+    """
+    status, words = _BLIND.get(
+        decision.reason_code, (ConditionStatus.true, "metrics read from every ready engine pod")
+    )
+    reason = "MetricsRead" if status is ConditionStatus.true else decision.reason_code.value
+    message = words
+    if status is not ConditionStatus.true:
+        detail = "; ".join(problems)
+        message = (
+            f"{words}{': ' + detail if detail else ''}; "
+            f"replicas held at {decision.desired_replicas}"
+        )
+    return cond.set_condition(
+        conditions,
+        type_=cond.METRICS_AVAILABLE,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        now=now,
+    )
