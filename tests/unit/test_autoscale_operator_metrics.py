@@ -16,8 +16,8 @@ from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.rules import rule_groups
 
-# Series another component exports (the reconciler's cost gauge is not the autoscaler's).
-NOT_OURS = {"tokenpilot_replica_hourly_cost_dollars"}
+# Series another component exports.
+NOT_OURS: set[str] = set()
 
 
 def exported() -> OperatorMetrics:
@@ -35,6 +35,7 @@ def exported() -> OperatorMetrics:
         ttft_p99_s=2.0,
         token_budget=2048,
     )
+    metrics.record_replica_cost("ns", "svc", "H100-80GB", 2 * 6.16)
     metrics.reconcile_errors.labels("ns", "svc").inc()
     return metrics
 
@@ -61,3 +62,16 @@ def test_a_forgotten_service_leaves_no_series():
         if sample.labels.get("llmservice") == "svc"
     ]
     assert per_service == []
+
+
+def test_replica_cost_follows_the_sku_in_use():
+    metrics = exported()
+    metrics.record_replica_cost("ns", "svc", "L4-24GB", 0.8)
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    series = page.series("tokenpilot_replica_hourly_cost_dollars")
+    assert [(s.labels, s.value) for s in series] == [
+        ({"namespace": "ns", "llmservice": "svc", "sku": "L4-24GB"}, 0.8)
+    ]
+    metrics.record_replica_cost("ns", "svc", "L4-24GB", None)  # SKU unknown: no series
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    assert not page.series("tokenpilot_replica_hourly_cost_dollars")

@@ -9,6 +9,7 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
     tokenpilot_max_replicas, tokenpilot_token_budget            gauges per service
     tokenpilot_slo_itl_p99_seconds, tokenpilot_slo_ttft_p99_seconds,
     tokenpilot_slo_attainment_target                             SLO targets per service
+    tokenpilot_replica_hourly_cost_dollars{sku}                  one replica's GPU cost per hour
     tokenpilot_decisions_total{mode, reason}                     counter per service
     tokenpilot_evaluation_duration_seconds                       histogram, one per operator
     tokenpilot_reconcile_errors_total                            counter per service
@@ -77,6 +78,12 @@ class OperatorMetrics:
             SERVICE,
             registry=r,
         )
+        self.replica_hourly_cost = Gauge(
+            "tokenpilot_replica_hourly_cost_dollars",
+            "One replica's hourly cost in USD: the GPU profile's hourly cost x GPUs per replica.",
+            (*SERVICE, "sku"),
+            registry=r,
+        )
         self.decisions = Counter(
             "tokenpilot_decisions",
             "Autoscaler evaluations by outcome.",
@@ -132,6 +139,16 @@ class OperatorMetrics:
             else:
                 gauge.labels(namespace, name).set(value)
 
+    def record_replica_cost(
+        self, namespace: str, name: str, sku: str | None, usd_per_hour: float | None
+    ) -> None:
+        """One replica's hourly cost on `sku`; only the current SKU keeps a series."""
+        for labels in list(self.replica_hourly_cost._metrics):
+            if labels[:2] == (namespace, name) and (usd_per_hour is None or labels[2] != sku):
+                self.replica_hourly_cost.remove(*labels)
+        if sku is not None and usd_per_hour is not None:
+            self.replica_hourly_cost.labels(namespace, name, sku).set(usd_per_hour)
+
     def forget(self, namespace: str, name: str) -> None:
         """Remove a deleted service's per-service series (the decisions counter included)."""
         for gauge in (
@@ -146,9 +163,10 @@ class OperatorMetrics:
             self.reconcile_errors,
         ):
             self._drop(gauge, namespace, name)
-        for labels in list(self.decisions._metrics):
-            if labels[:2] == (namespace, name):
-                self.decisions.remove(*labels)
+        for family in (self.decisions, self.replica_hourly_cost):
+            for labels in list(family._metrics):
+                if labels[:2] == (namespace, name):
+                    family.remove(*labels)
 
     @staticmethod
     def _drop(metric: Gauge | Counter, namespace: str, name: str) -> None:

@@ -1,17 +1,26 @@
-"""The autoscaler loop: one kopf daemon per LLMService with spec.autoscaling.enabled.
+"""The autoscaler loop: one operator-wide task evaluating every autoscaling LLMService.
 
-Every `spec.autoscaling.interval` (5 s by default) the daemon
+The task starts with the operator (kopf.on.startup) and stops with it. Each round it lists the
+LLMServices in the operator's namespaces and evaluates, concurrently, every one with
+spec.autoscaling.enabled whose own `spec.autoscaling.interval` (5 s by default) has elapsed.
+No per-object daemon or timer: kopf would put its finalizer on every autoscaled object, and an
+LLMService could not be deleted while the operator is down. Deletion stays the garbage
+collector's job, as for the reconciler.
+
+One evaluation of one service
 
     reads the scale subresource and the Ready engine pods         [kube adapter]
     observes the service through its metrics source               [metrics adapter]
     decide(policy, history, observation, now)                     [core, pure]
     writes spec.replicas through the scale subresource if it changed, with an Event
-    writes status.autoscaling when the outcome (replicas, mode, reason code) changed
-    exports the decision, the bounds and the SLO targets on the operator's /metrics
+    writes status.autoscaling when the outcome (replicas, mode, reason code) changed, and the
+    MetricsAvailable condition when it changed (core.status.metrics_condition)
+    exports the decision, the bounds, the SLO targets and the replica's hourly cost
 
-Each service has its own daemon, so a broken engine or an unreachable Prometheus holds that
-service only. An API error skips one evaluation; the next interval is the retry. The reconciler
-owns everything else in status and propagates spec.replicas to the Deployment.
+Every evaluation has a time limit and its own error handling, so a broken engine or an
+unreachable Prometheus holds that service only. An API error skips one evaluation; the next
+interval is the retry. The reconciler owns everything else in status and propagates
+spec.replicas to the Deployment.
 
 The process-wide part (metrics sources, the /metrics server) is built at startup from
 `memo.autoscaler_config` (an AutoscalerConfig; defaults when absent).
@@ -23,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,7 +42,7 @@ from pydantic import ValidationError
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.events import post_event
-from tokenpilot.adapters.kube.resources import RESOURCES
+from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.adapters.kube.status import patch_status
 from tokenpilot.adapters.metrics import (
@@ -44,11 +53,13 @@ from tokenpilot.adapters.metrics import (
     ServiceTarget,
 )
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
-from tokenpilot.api.llmservice import GROUP, PLURAL, VERSION, LLMService, MetricsSourceType
+from tokenpilot.api.llmservice import LLMService, MetricsSourceType
 from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, Reason, decide
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
-from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import HTTP_PORT, selector_string
+from tokenpilot.core.status import metrics_condition
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
@@ -56,6 +67,10 @@ PODS = RESOURCES[("v1", "Pod")]
 # Used when the spec cannot be read at all: how soon to look again.
 FALLBACK_INTERVAL_S = 5.0
 BLIND = (Reason.missing_metrics, Reason.stale_metrics, Reason.partial_scrape)
+# The longest one evaluation may take (scrapes have their own, shorter timeout).
+EVALUATION_TIMEOUT_S = 30.0
+# The longest the loop sleeps between listings, so a new service is seen this soon.
+MAX_IDLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,7 @@ class ServiceLoop:
     client: KubeClient
     namespace: str
     name: str
+    profile_of: Callable[[str], GPUProfile] | None = None
     history: History = field(default_factory=History)
     last_status: tuple[int, str, str] | None = None
 
@@ -172,7 +188,7 @@ class ServiceLoop:
         decision = decide(policy, self.history, observation, now_s)
         self.history = decision.history
         try:
-            await self._act(service, scale, decision)
+            await self._act(service, scale, decision, observation.problems)
         except KubeError as error:
             log.warning("%s/%s: cannot apply decision: %s", self.namespace, self.name, error)
         self._export(service, policy, decision, time.monotonic() - started_s)
@@ -182,7 +198,9 @@ class ServiceLoop:
         scale = read_scale(self.client, self.namespace, self.name)
         return scale.spec_replicas, ready_pods(self.client, service)
 
-    async def _act(self, service: LLMService, current: int, decision: Decision) -> None:
+    async def _act(
+        self, service: LLMService, current: int, decision: Decision, problems: Sequence[str]
+    ) -> None:
         changed = decision.desired_replicas != current
         if changed:
             await asyncio.to_thread(
@@ -211,29 +229,49 @@ class ServiceLoop:
                 now=_now_iso(),
                 warning=entering_blind,
             )
+        current_conditions = list(service.status.conditions)
+        conditions = metrics_condition(
+            current_conditions,
+            decision,
+            problems=problems,
+            generation=service.metadata.generation,
+            now=_now_iso(),
+        )
         await self._write_status(
             decision.desired_replicas,
             decision.mode.value,
             decision.reason,
             code=decision.reason_code.value,
+            conditions=None if conditions == current_conditions else conditions,
         )
 
     async def _write_status(
-        self, desired: int, mode: str, reason: str, *, code: str = "InvalidSpec"
+        self,
+        desired: int,
+        mode: str,
+        reason: str,
+        *,
+        code: str = "InvalidSpec",
+        conditions: Sequence[Any] | None = None,
     ) -> None:
-        """status.autoscaling when the outcome changed; a steady service costs no writes."""
+        """status.autoscaling when the outcome changed, and the conditions when given (they
+        differ from the live ones); a steady service costs no writes."""
         key = (desired, mode, code)
-        if key == self.last_status:
+        patch: dict[str, Any] = {}
+        if key != self.last_status:
+            patch["autoscaling"] = {
+                "desiredReplicas": desired,
+                "mode": mode,
+                "reason": reason,
+                "lastDecisionTime": _now_iso(),
+            }
+        if conditions is not None:
+            patch["conditions"] = [
+                c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+            ]
+        if not patch:
             return
-        status: dict[str, Any] = {
-            "desiredReplicas": desired,
-            "mode": mode,
-            "reason": reason,
-            "lastDecisionTime": _now_iso(),
-        }
-        await asyncio.to_thread(
-            patch_status, self.client, self.namespace, self.name, {"autoscaling": status}
-        )
+        await asyncio.to_thread(patch_status, self.client, self.namespace, self.name, patch)
         self.last_status = key
 
     def _export(
@@ -256,49 +294,125 @@ class ServiceLoop:
             ttft_p99_s=policy.ttft_p99_slo_s,
             token_budget=None if tuning is None else tuning.max_num_batched_tokens,
         )
+        metrics.record_replica_cost(self.namespace, self.name, *self._replica_cost(service))
+
+    def _replica_cost(self, service: LLMService) -> tuple[str | None, float | None]:
+        """The SKU in use and one replica's hourly cost in USD, when both are known."""
+        tuning = service.status.tuning
+        if tuning is None or self.profile_of is None:
+            return None, None
+        try:
+            profile = self.profile_of(tuning.sku)
+        except TokenPilotError:
+            # A SKU the catalog no longer knows: no cost series rather than a wrong one.
+            return tuning.sku, None
+        return tuning.sku, profile.hourly_cost_usd * service.spec.gpus_per_replica
+
+
+def _enabled(body: Mapping[str, Any]) -> bool:
+    meta = body.get("metadata", {})
+    return bool(body.get("spec", {}).get("autoscaling", {}).get("enabled")) and not meta.get(
+        "deletionTimestamp"
+    )
+
+
+def list_services(client: KubeClient, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """Every LLMService in `namespaces` (all namespaces when empty)."""
+    items: list[dict[str, Any]] = []
+    scopes: list[str | None] = [*namespaces] or [None]
+    for namespace in scopes:
+        items.extend(client.request("GET", LLMSERVICES.path(namespace)).get("items", []))
+    return items
+
+
+@dataclass
+class Evaluator:
+    """The operator-wide loop's state: one ServiceLoop per autoscaled service, and when each
+    is due next (monotonic seconds)."""
+
+    runtime: AutoscalerRuntime
+    client: KubeClient
+    namespaces: Sequence[str] = ()
+    profile_of: Callable[[str], GPUProfile] | None = None
+    loops: dict[tuple[str, str], ServiceLoop] = field(default_factory=dict)
+    due_s: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    async def round(self) -> float:
+        """Evaluate every due service at once; returns the seconds until the next is due."""
+        items = await asyncio.to_thread(list_services, self.client, self.namespaces)
+        bodies = {
+            (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
+            for item in items
+            if _enabled(item)
+        }
+        for key in set(self.loops) - set(bodies):
+            self._forget(key)
+        now_s = time.monotonic()
+        due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s]
+        waits = await asyncio.gather(*(self._evaluate(key, bodies[key]) for key in due))
+        for key, wait_s in zip(due, waits, strict=True):
+            self.due_s[key] = now_s + wait_s
+        next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - time.monotonic()
+        return max(0.0, min(next_s, MAX_IDLE_S))
+
+    async def _evaluate(self, key: tuple[str, str], body: Mapping[str, Any]) -> float:
+        loop = self.loops.get(key)
+        if loop is None:
+            loop = ServiceLoop(self.runtime, self.client, *key, profile_of=self.profile_of)
+            self.loops[key] = loop
+        try:
+            return await asyncio.wait_for(loop.evaluate(body), EVALUATION_TIMEOUT_S)
+        except TimeoutError:
+            # A hung API call or scrape: this service skips a round, the others go on.
+            log.warning("%s/%s: evaluation took over %g s", *key, EVALUATION_TIMEOUT_S)
+        except Exception:
+            # A bug must not stop the autoscaling of every other service; log it loudly.
+            log.exception("%s/%s: evaluation failed", *key)
+        return FALLBACK_INTERVAL_S
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """A deleted (or no longer autoscaled) service: drop its state and its series."""
+        self.loops.pop(key, None)
+        self.due_s.pop(key, None)
+        for source in (self.runtime.direct, *self.runtime.prometheus.values()):
+            if source is not None:
+                source.forget("/".join(key))
+        with contextlib.suppress(KeyError):
+            self.runtime.metrics.forget(*key)
+
+
+async def run_forever(evaluator: Evaluator) -> None:
+    """Rounds until cancelled; a failed listing is retried after MAX_IDLE_S."""
+    while True:
+        try:
+            wait_s = await evaluator.round()
+        except KubeError as error:
+            # The API server hiccupped; the next round lists again.
+            log.warning("autoscaler: cannot list LLMServices: %s", error)
+            wait_s = MAX_IDLE_S
+        await asyncio.sleep(wait_s)
 
 
 @kopf.on.startup()
 async def _start_autoscaler(memo: Any, **_: Any) -> None:
     config = getattr(memo, "autoscaler_config", None) or AutoscalerConfig()
-    memo.autoscaler = AutoscalerRuntime(config)
+    runtime = AutoscalerRuntime(config)
+    memo.autoscaler = runtime
     if config.metrics_port is not None:
-        memo.autoscaler.metrics.serve(config.metrics_port, config.metrics_address)
+        runtime.metrics.serve(config.metrics_port, config.metrics_address)
         log.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
+    shared = memo.runtime
+    evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
+    memo.autoscaler_task = asyncio.create_task(run_forever(evaluator))
 
 
 @kopf.on.cleanup()
 async def _stop_autoscaler(memo: Any, **_: Any) -> None:
+    task: asyncio.Task[None] | None = getattr(memo, "autoscaler_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     runtime: AutoscalerRuntime | None = getattr(memo, "autoscaler", None)
     if runtime is not None:
         await runtime.aclose()
-
-
-def _enabled(spec: Mapping[str, Any], **_: Any) -> bool:
-    return bool(spec.get("autoscaling", {}).get("enabled"))
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, when=_enabled, cancellation_timeout=10.0)
-async def autoscale(
-    body: kopf.Body,
-    namespace: str | None,
-    name: str,
-    memo: Any,
-    stopped: kopf.DaemonStopped,
-    **_: Any,
-) -> None:
-    runtime: AutoscalerRuntime = memo.autoscaler
-    namespace = namespace or "default"
-    loop = ServiceLoop(runtime, memo.runtime.client, namespace, name)
-    try:
-        while not stopped:
-            # kopf keeps `body` current, so each evaluation sees the latest spec.
-            interval_s = await loop.evaluate(body)
-            await stopped.wait(interval_s)
-    finally:
-        target_key = f"{namespace}/{name}"
-        for source in (runtime.direct, *runtime.prometheus.values()):
-            if source is not None:
-                source.forget(target_key)
-        with contextlib.suppress(KeyError):
-            runtime.metrics.forget(namespace, name)
