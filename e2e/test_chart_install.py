@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from chart import CHART, REPO, install_monitoring_crds, must, run
+from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 SAMPLE = REPO / "samples" / "llama-3.1-8b-h100.yaml"
@@ -209,8 +210,17 @@ def test_the_installed_operator_reconciles_a_sample(
         return bool(service.get("status", {}).get("readyReplicas"))
 
     eventually(ready, timeout_s=180, what=f"LLMService {name} to report ready replicas")
-    page = httpx.get(metrics, timeout=5, trust_env=False).text
-    assert f'tokenpilot_desired_replicas{{namespace="{namespace}",llmservice="{name}"}}' in page
+    wanted = {"namespace": namespace, "llmservice": name}
+
+    def decided() -> bool:
+        page = parse_metrics(httpx.get(metrics, timeout=5, trust_env=False).text)
+        return any(s.labels == wanted for s in page.series("tokenpilot_desired_replicas"))
+
+    eventually(
+        decided,
+        timeout_s=60,
+        what=f"the autoscaler's decision for {name} on the operator's /metrics",
+    )
 
 
 def test_an_upgrade_keeps_the_values_given_at_install(
