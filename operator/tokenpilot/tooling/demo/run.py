@@ -192,6 +192,9 @@ def _report(
         f"{_s(m.new_pods_ready_s)}); back at {settings.min_replicas} {_s(m.back_to_min_s)} after "
         f"it ended (scale-down window {settings.scale_down_stabilization}); timeline: {png}"
     )
+    errors = [r for r in result.records if r.error]
+    if errors:
+        say(f"{len(errors)} of {len(result.records)} requests failed; the first: {errors[0].error}")
     console.print(json.dumps(outcome), highlight=False, soft_wrap=True)
     return 0 if scaled else 1
 
