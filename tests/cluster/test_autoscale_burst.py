@@ -58,7 +58,7 @@ def client(kubeconfig: Path) -> KubeClient:
 def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
     with operator_thread(kubeconfig, namespace, resync_s=2.0):
         yield
-        # The autoscaler's daemon holds a finalizer: delete while the operator still runs.
+        # Deleted while the operator runs, so the autoscaler also forgets the service.
         client.request("DELETE", LLMSERVICES.path(namespace, NAME))
         eventually(
             lambda: client.get(LLMSERVICES.path(namespace, NAME)) is None,

@@ -76,8 +76,39 @@ def test_crossing_slos_say_which_bound_and_what_to_change():
 
 def test_itl_that_one_sequence_cannot_meet():
     rec = recommend(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS)
-    assert not rec.feasible and rec.max_num_seqs == 1
+    assert not rec.feasible
     assert "even one sequence" in rec.message
+    # Capping the engine cannot help ITL here; it would only make requests queue for slots.
+    assert rec.max_num_seqs == rec.capacity.max_concurrency
+
+
+@pytest.mark.parametrize(
+    ("gpu", "hints"),
+    [
+        # Long Mooncake-like contexts and Azure-like short ones, on a fast and a slow SKU: the
+        # ITL SLO sizes the budget's decode batch, never the engine's admission cap.
+        (
+            "H100",
+            WorkloadHints(
+                prompt_p99_tokens=16384, expected_context_tokens=12000, max_model_len=32768
+            ),
+        ),
+        ("H100", WorkloadHints(prompt_p99_tokens=4096, expected_context_tokens=2500)),
+        ("L4", WorkloadHints(prompt_p99_tokens=4096, expected_context_tokens=2500)),
+        (
+            "L4",
+            WorkloadHints(
+                prompt_p99_tokens=12000, expected_context_tokens=12000, max_model_len=16384
+            ),
+        ),
+    ],
+)
+def test_max_num_seqs_admits_what_kv_fits(gpu, hints):
+    rec = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints)
+    assert rec.max_num_seqs == min(256, rec.capacity.max_concurrency), rec.binding
+    seqs = next(b for b in rec.binding if b.startswith("max_num_seqs"))
+    if "enough for" in seqs:  # the ITL SLO allows fewer decodes than the engine admits
+        assert "autoscaler" in seqs
 
 
 def test_profiles_order_interactive_balanced_throughput():

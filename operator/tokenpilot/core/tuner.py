@@ -2,9 +2,12 @@
 
 Algorithm (every bound is a number and a sentence; the sentences become `binding`):
   1. Plan capacity at the expected context; `max_num_seqs` is the number of sequences that fit,
-     lowered until a pure-decode step of that many stays under the ITL limit (the P99 ITL target
-     times a headroom factor), and never above the user's cap.
-  2. Upper bound: the largest budget B whose slowest step, all decodes plus B - decodes prefill
+     never above the user's cap (vLLM's 256 by default). It is not lowered for ITL: a request
+     refused a slot waits a whole output's worth of steps for one, which breaks TTFT, while one
+     more running sequence adds only its KV read to a step. The decode batch the budget is
+     sized for, `planned`, is the largest whose pure-decode step stays under the ITL limit (the
+     P99 ITL target times a headroom factor); load beyond it per replica is the autoscaler's.
+  2. Upper bound: the largest budget B whose slowest step, `planned` decodes plus the rest prefill
      tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past the
      threshold jumps (measured where the profile has measurements, estimated otherwise).
   3. Lower bound: every step stays under the ITL limit, so a prompt of L tokens may take at most
@@ -138,27 +141,35 @@ def recommend(
             else f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
         )
     decode_limit_s = limit_s * DECODE_STEP_SHARE
-    num_seqs = _largest(1, cap, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
-    if num_seqs is None:
-        num_seqs = 1
+    planned = _largest(1, cap, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    if planned is None:
+        planned = 1
         problems.append(
             f"even one sequence at {context:,} tokens takes "
             f"{format_duration_s(model.decode_step_s(1, context))} per step on {profile.name}, "
             f"over the {format_duration_s(decode_limit_s)} decode share of the step limit for "
             f"ITL {itl}"
         )
-        binding.append(f"max_num_seqs 1: ITL {itl} cannot be met even by one sequence")
-    elif num_seqs < cap:
+    # The engine's cap weighs queueing against ITL. A sequence refused a slot waits for one to
+    # free, a whole output's worth of steps, which breaks TTFT; a sequence admitted slows every
+    # step by its own KV read, which is small next to the weights. So admit up to what KV fits,
+    # and leave load beyond `planned` per replica to the autoscaler, which adds replicas when
+    # the P99 ITL or the queue says so. `planned` sizes the budget below.
+    num_seqs = max(planned, cap)
+    if planned < num_seqs:
         binding.append(
-            f"max_num_seqs {num_seqs}: ITL {itl} leaves "
-            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {num_seqs} "
-            f"sequences of {context:,} tokens ({cap_reason})"
+            f"max_num_seqs {num_seqs}: {cap_reason}; ITL {itl} leaves "
+            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
+            f"sequences of {context:,} tokens: the budget is sized for {planned}, and load "
+            "beyond that per replica is the autoscaler's to spread"
         )
+    elif problems:
+        binding.append(f"max_num_seqs {num_seqs}: ITL {itl} cannot be met even by one sequence")
     else:
         binding.append(f"max_num_seqs {num_seqs}: {cap_reason}")
 
     def slowest_s(budget: int) -> float:
-        decodes = min(num_seqs, budget)
+        decodes = min(planned, budget)
         prefill = budget - decodes
         return model.iteration_s(decodes, prefill, decodes * context + prefill)
 
@@ -179,7 +190,7 @@ def recommend(
         upper_reason = (
             f"at most {upper:,}: the {basis} threshold of {model.threshold_tokens:,} tokens on "
             f"{profile.name}; past it steps jump by "
-            f"{format_duration_s(model.jump_at(num_seqs))}"
+            f"{format_duration_s(model.jump_at(planned))}"
         )
         if itl_bound > threshold and slo.itl_p99_s is not None:
             upper_reason += f" (ITL {itl} alone would allow {itl_bound:,})"
@@ -187,13 +198,13 @@ def recommend(
         upper = itl_bound
         upper_source = f"ITL {itl} needs B <= {upper:,}"
         upper_reason = (
-            f"at most {upper:,}: ITL {itl} keeps the slowest step (all {num_seqs} decodes plus "
+            f"at most {upper:,}: ITL {itl} keeps the slowest step (all {planned} decodes plus "
             f"prefill) under {format_duration_s(limit_s)}"
         )
         if itl_blocks is None and not problems:
             problems.append(
                 f"ITL {itl} needs steps under {format_duration_s(limit_s)}, but "
-                f"{num_seqs} decodes alone take {format_duration_s(slowest_s(floor_budget))}"
+                f"{planned} decodes alone take {format_duration_s(slowest_s(floor_budget))}"
             )
 
     # 3. lower bound
@@ -207,11 +218,11 @@ def recommend(
             lower_reason = f"TTFT {ttft} is shorter than one step at ITL {itl}"
             problems.append(lower_reason)
         else:
-            lower = max(floor_budget, _round_up(num_seqs + math.ceil(prompt / num_steps)))
+            lower = max(floor_budget, _round_up(planned + math.ceil(prompt / num_steps)))
             lower_reason = (
                 f"at least {lower:,}: TTFT {ttft} at {prompt:,}-token prompts allows "
                 f"{num_steps} steps of under {format_duration_s(step_bound_s)}, so each must carry "
-                f"{math.ceil(prompt / num_steps):,} prompt tokens beside {num_seqs} decodes"
+                f"{math.ceil(prompt / num_steps):,} prompt tokens beside {planned} decodes"
             )
 
     # 4. pick
@@ -266,9 +277,7 @@ def recommend(
             raise Infeasible(message)
 
     predicted_ttft = (
-        None
-        if prompt is None
-        else math.ceil(prompt / max(1, budget - num_seqs)) * slowest_s(budget)
+        None if prompt is None else math.ceil(prompt / max(1, budget - planned)) * slowest_s(budget)
     )
     default_budget = vllm_default_token_budget(profile)
     return Recommendation(
