@@ -28,13 +28,16 @@ def step(before: float, after: float, at_s: float):
 def test_step_burst_scales_up_at_once_and_waits_for_starting_pods():
     ticks = drive(POLICY, step(0.5, 3.0, 60.0), duration_s=200, startup_s=30)
     first_up = next(t for t in ticks if t.decision.desired_replicas > 1)
-    assert first_up.t_s == 60.0  # the first evaluation that sees the burst
-    assert first_up.decision.mode is Mode.panic
-    assert first_up.decision.reason_code is Reason.queue_over_target
-    # while the new pods load the model, no second scale-up: they are counted as capacity
-    loading = [t for t in ticks if 60.0 < t.t_s < 90.0]
+    assert first_up.t_s == 60.0  # the first evaluation that sees the burst: P99 ITL over SLO
+    assert first_up.decision.reason_code is Reason.itl_over_slo
+    # the queue counts from its second reading, one interval later: a backlog, in panic
+    confirmed = next(t for t in ticks if t.t_s == 65.0)
+    assert confirmed.decision.mode is Mode.panic
+    assert confirmed.decision.reason_code is Reason.queue_over_target
+    # while the new pods load the model, no further scale-up: they are counted as capacity
+    loading = [t for t in ticks if 65.0 < t.t_s < 95.0]
     assert {t.decision.reason_code for t in loading} == {Reason.capacity_starting}
-    assert all(t.decision.desired_replicas == first_up.decision.desired_replicas for t in loading)
+    assert all(t.decision.desired_replicas == confirmed.decision.desired_replicas for t in loading)
     final = ticks[-1]
     assert final.ready >= 3 and final.decision.mode is Mode.steady
 

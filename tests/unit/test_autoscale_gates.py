@@ -67,9 +67,9 @@ def replay_queue(policy: AutoscalePolicy, waiting_series: list[float], replicas:
         # within two intervals of the crossing.
         ([0, 13, 13, 13], [1, 1, 4, 4], 2),
         ([0, 6, 6, 6], [1, 1, 2, 2], 2),
-        # A reading at queue_panic_ratio (4 x target) is a backlog: act at once.
-        ([0, 20, 20], [1, 5, 5], 1),
-        ([0, 40, 0], [1, 5, 5], 1),
+        # Whatever its size, one reading is a spike; two are a backlog, acted on in panic.
+        ([0, 129, 0, 0], [1, 1, 1, 1], None),
+        ([0, 40, 40], [1, 1, 5], 2),
     ],
 )
 def test_queue_counts_only_when_it_outlasts_an_interval(series, replicas_after, first_move_at):

@@ -79,7 +79,7 @@ def test_itl_that_one_sequence_cannot_meet():
     assert not rec.feasible
     assert "even one sequence" in rec.message
     # Capping the engine cannot help ITL here; it would only make requests queue for slots.
-    assert rec.max_num_seqs == rec.capacity.max_concurrency
+    assert rec.max_num_seqs == 256
 
 
 @pytest.mark.parametrize(
@@ -103,9 +103,9 @@ def test_itl_that_one_sequence_cannot_meet():
         ),
     ],
 )
-def test_max_num_seqs_admits_what_kv_fits(gpu, hints):
+def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
     rec = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints)
-    assert rec.max_num_seqs == min(256, rec.capacity.max_concurrency), rec.binding
+    assert rec.max_num_seqs == 256, rec.binding
     seqs = next(b for b in rec.binding if b.startswith("max_num_seqs"))
     if "enough for" in seqs:  # the ITL SLO allows fewer decodes than the engine admits
         assert "autoscaler" in seqs
@@ -213,7 +213,8 @@ def test_budget_is_a_block_multiple_within_vllms_limits(
     rec = recommend(CATALOG.get(gpu), model_preset(model), ServiceLevel(*slo), hints)
     assert rec.token_budget % BLOCK_SIZE == 0
     assert rec.max_num_seqs <= rec.token_budget <= hints.max_model_len * rec.max_num_seqs
-    assert rec.max_num_seqs <= rec.capacity.max_concurrency
-    if hints.max_num_seqs is not None:
-        assert rec.max_num_seqs <= hints.max_num_seqs
+    # Never capped below what the KV cache holds at the expected context (or the user allows).
+    allowed = hints.max_num_seqs or 256
+    assert rec.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
+    assert rec.max_num_seqs <= allowed
     assert rec.binding

@@ -1,12 +1,13 @@
 """The token-budget tuner: `--max-num-batched-tokens` and `--max-num-seqs` for a GPU and SLOs.
 
 Algorithm (every bound is a number and a sentence; the sentences become `binding`):
-  1. Plan capacity at the expected context; `max_num_seqs` is the number of sequences that fit,
-     never above the user's cap (vLLM's 256 by default). It is not lowered for ITL: a request
-     refused a slot waits a whole output's worth of steps for one, which breaks TTFT, while one
-     more running sequence adds only its KV read to a step. The decode batch the budget is
-     sized for, `planned`, is the largest whose pure-decode step stays under the ITL limit (the
-     P99 ITL target times a headroom factor); load beyond it per replica is the autoscaler's.
+  1. Plan capacity at the expected context. `max_num_seqs` is the user's cap (vLLM's 256 by
+     default): it is not lowered for ITL or to the KV fit, because a request refused a slot waits
+     a whole output's worth of steps for one (TTFT breaks), while one more running sequence adds
+     only its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
+     The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
+     at the expected context and whose pure-decode step stays under the ITL limit (the P99 ITL
+     target times a headroom factor); load beyond it per replica is the autoscaler's.
   2. Upper bound: the largest budget B whose slowest step, `planned` decodes plus the rest prefill
      tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past the
      threshold jumps (measured where the profile has measurements, estimated otherwise).
@@ -127,21 +128,27 @@ def recommend(
     problems: list[str] = []
 
     # 1. max_num_seqs
-    cap = capacity.max_concurrency
-    cap_reason = (
-        f"KV cache: {cap} sequences of {context:,} tokens fit "
-        f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE})"
+    # The engine's cap weighs queueing against ITL. A request refused a slot waits a whole
+    # output's worth of steps for one, which breaks TTFT; one more running sequence adds only its
+    # KV read to a step, small next to the weights. vLLM's block manager already admits only
+    # what the KV cache holds, so the cap stays at the user's (or vLLM's default): a cap at the
+    # KV fit for the mean context would refuse short requests that fit. ITL sizes `planned`, the
+    # decode batch the budget is built around; load beyond it per replica raises the P99 ITL or
+    # the queue, and the autoscaler adds replicas.
+    num_seqs = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    seqs_reason = (
+        f"maxNumSeqs cap {num_seqs}"
+        if hints.max_num_seqs
+        else f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
     )
-    user_cap = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
-    if user_cap < cap:
-        cap = user_cap
-        cap_reason = (
-            f"maxNumSeqs cap {cap}"
-            if hints.max_num_seqs
-            else f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
-        )
+    kv_fit = max(1, capacity.max_concurrency)
+    kv_reason = (
+        f"the KV cache holds {kv_fit} sequences of {context:,} tokens "
+        f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE}; vLLM admits by free blocks)"
+    )
     decode_limit_s = limit_s * DECODE_STEP_SHARE
-    planned = _largest(1, cap, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    fit = min(kv_fit, num_seqs)
+    planned = _largest(1, fit, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
     if planned is None:
         planned = 1
         problems.append(
@@ -150,23 +157,19 @@ def recommend(
             f"over the {format_duration_s(decode_limit_s)} decode share of the step limit for "
             f"ITL {itl}"
         )
-    # The engine's cap weighs queueing against ITL. A sequence refused a slot waits for one to
-    # free, a whole output's worth of steps, which breaks TTFT; a sequence admitted slows every
-    # step by its own KV read, which is small next to the weights. So admit up to what KV fits,
-    # and leave load beyond `planned` per replica to the autoscaler, which adds replicas when
-    # the P99 ITL or the queue says so. `planned` sizes the budget below.
-    num_seqs = max(planned, cap)
-    if planned < num_seqs:
         binding.append(
-            f"max_num_seqs {num_seqs}: {cap_reason}; ITL {itl} leaves "
-            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
-            f"sequences of {context:,} tokens: the budget is sized for {planned}, and load "
-            "beyond that per replica is the autoscaler's to spread"
+            f"max_num_seqs {num_seqs}: {seqs_reason}; ITL {itl} cannot be met even by one "
+            "sequence, and a lower cap would only queue requests"
         )
-    elif problems:
-        binding.append(f"max_num_seqs {num_seqs}: ITL {itl} cannot be met even by one sequence")
+    elif planned < fit:
+        binding.append(
+            f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}. ITL {itl} leaves "
+            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
+            f"of them: the budget is sized for {planned} decodes, and load beyond that per "
+            "replica is the autoscaler's to spread"
+        )
     else:
-        binding.append(f"max_num_seqs {num_seqs}: {cap_reason}")
+        binding.append(f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}")
 
     def slowest_s(budget: int) -> float:
         decodes = min(planned, budget)

@@ -10,8 +10,8 @@ The algorithm, in the order it is applied:
    counts towards a later move.
 3. Signals: ITL and TTFT = P99 / SLO (0.0 when the window had no traffic). The queue (waiting
    requests per scraped pod / target) counts as the smaller of this reading and the previous
-   evaluation's, so a burst one engine clears between two scrapes moves nothing; a reading at
-   queue_panic_ratio counts alone. Pressure is the largest counted ratio.
+   evaluation's, so a burst one engine clears between two scrapes moves nothing, and a backlog
+   acts within two intervals of appearing. Pressure is the largest counted ratio.
 4. Pressure above 1 scales up, proportionally: ceil(ready * pressure) replicas are needed.
    Replicas that are starting count as coming capacity, so if spec.replicas already covers the
    need the autoscaler waits for them instead of asking again. Outside panic the breach must
@@ -125,7 +125,7 @@ def _signals(
     target = policy.target_queue_per_replica
     spike_ratio = None if queue_per_replica is None else queue_per_replica / target
     queue_ratio = spike_ratio
-    if spike_ratio is not None and spike_ratio < policy.queue_panic_ratio:
+    if spike_ratio is not None:
         # Only a queue that outlasts one evaluation interval counts (see the module docstring).
         queue_ratio = min(spike_ratio, (last_queue_per_replica or 0.0) / target)
     itl_p99_s, itl_ratio = _latency(observation.itl, policy.itl_p99_slo_s)

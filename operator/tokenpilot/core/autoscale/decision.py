@@ -49,8 +49,8 @@ class Signals:
     None when its signal was missing or has no target, and 0.0 when the window was idle.
 
     `queue_per_replica` is this evaluation's reading; `queue_ratio` is the queue as decide()
-    counts it (the smaller of two consecutive readings, or this one alone when it is at
-    queue_panic_ratio); `queue_spike_ratio` is this reading alone over target.
+    counts it (the smaller of two consecutive readings); `queue_spike_ratio` is this reading
+    alone over target.
     """
 
     ready_replicas: int

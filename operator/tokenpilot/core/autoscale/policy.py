@@ -12,12 +12,12 @@ and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
 - `panic_ratio = 2.0`: a latency at twice its SLO, or a queue at twice its target over two
   evaluations, is not noise; waiting would only make the backlog longer, so panic skips the
   scale-up window and may double the fleet in one step.
-- `queue_panic_ratio = 4.0`: the queue is a gauge read at one instant, and a burst of a dozen
-  requests is cleared by one engine within a second (admitted at the next steps as KV blocks
-  free), so one scrape over target proves nothing. The queue counts when it is over target in
-  two consecutive evaluations (the smaller of the two readings is used), which still acts within
-  two evaluation intervals of the crossing; a single reading at four times the target is a
-  backlog no single step clears and acts at once.
+- The queue needs two readings: it is a gauge read at one instant, and a burst that one scrape
+  catches (129 requests on two H100s in the Azure trace at x16) is admitted within a second at
+  a tuned budget, with TTFTs well inside the SLO. So the queue counts as the smaller of this
+  evaluation's reading and the previous one's, whatever its size: a real backlog is still there
+  one interval later (5 s, against a 90 s model load), and the windowed P99s (ITL, TTFT) still
+  act in the evaluation that sees them.
 - `scale_up_stabilization_s = 0`: react in the evaluation that sees the breach (the whole point
   against HPA's 15-30 s loop); counting starting replicas is what prevents repeated scale-ups.
 - `max_scale_up_step = 4`: outside panic, add at most four replicas per decision so one bad
@@ -64,7 +64,6 @@ class AutoscalePolicy:
     itl_p99_slo_s: float | None = None
     ttft_p99_slo_s: float | None = None
     panic_ratio: float = 2.0
-    queue_panic_ratio: float = 4.0
     scale_up_stabilization_s: float = 0.0
     max_scale_up_step: int = 4
     scale_down_stabilization_s: float = 300.0
@@ -88,8 +87,6 @@ class AutoscalePolicy:
                 raise InvalidPolicy(f"{name} must be a positive duration")
         if not self.panic_ratio > 1:
             raise InvalidPolicy("panic_ratio must be > 1 (it multiplies the target)")
-        if not self.queue_panic_ratio >= self.panic_ratio:
-            raise InvalidPolicy("queue_panic_ratio must be >= panic_ratio")
         for name, ratio in (
             ("scale_down_ratio", self.scale_down_ratio),
             ("scale_down_latency_ratio", self.scale_down_latency_ratio),
