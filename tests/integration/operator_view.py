@@ -25,6 +25,8 @@ class OperatorService:
     max_replicas: int
     reconcile_errors: bool
     token_budget: int = 2048
+    sku: str = "H100-80GB"
+    replica_hourly_cost_usd: float = 6.16
 
 
 class _Quiet(WSGIRequestHandler):
@@ -46,6 +48,9 @@ def serve_operator_metrics(
             itl_p99_s=service.itl_p99_s,
             ttft_p99_s=service.ttft_p99_s,
             token_budget=service.token_budget,
+        )
+        metrics.record_replica_cost(
+            namespace, service.llmservice, service.sku, service.replica_hourly_cost_usd
         )
         metrics.desired_replicas.labels(namespace, service.llmservice).set(service.desired)
         metrics.ready_replicas.labels(namespace, service.llmservice).set(service.ready)
