@@ -116,10 +116,10 @@ def hold_calm(policy: AutoscalePolicy, observation: Observation) -> list[int]:
     ("replicas", "itl_p99_s", "waiting", "goes_down"),
     [
         # A true P99 of 28 ms sits in vLLM's 25-50 ms bucket: provably under a 50 ms SLO.
-        # On 4 replicas one fewer carries 4/3 of the load: about 37 ms, under 0.8 x 50 ms.
+        # On 4 replicas one fewer carries 4/3 of the load: at most about 37 ms, under 50 ms.
         (4, 0.028, 0.0, True),
         (2, 0.012, 0.0, True),
-        # On 2 replicas the survivor carries twice the load: 56 ms would break the SLO.
+        # On 2 replicas the survivor carries twice the load: up to 56 ms, over the SLO.
         (2, 0.028, 0.0, False),
         # 45 ms is under the SLO, but one replica fewer would not be.
         (8, 0.045, 0.0, False),

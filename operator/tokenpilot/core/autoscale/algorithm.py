@@ -21,7 +21,7 @@ The algorithm, in the order it is applied:
 5. Otherwise scale down only if the fleet one step smaller would still be within targets
    (latencies provably under their SLO by their bucket edge, the queue spread over fewer
    replicas under scale_down_ratio of its target, P99s scaled by the per-replica load after the
-   step under scale_down_latency_ratio of their SLO) for scale_down_stabilization_s with every
+   step at most scale_down_latency_ratio of their SLO) for scale_down_stabilization_s with every
    pod visible, and scale_down_step_interval_s has passed since the last step down; then
    remove max_scale_down_step replicas.
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
@@ -390,7 +390,7 @@ def _short_after_step(
         if projected_s > policy.scale_down_latency_ratio * slo_s:
             return (
                 f"P99 {name} would be about {projected_s:.3f} s, over "
-                f"{policy.scale_down_latency_ratio:g}x its SLO"
+                f"{policy.scale_down_latency_ratio * slo_s:g} s"
             )
     return None
 
