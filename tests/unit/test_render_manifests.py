@@ -39,6 +39,19 @@ def test_kinds_and_service_monitor_only_when_served() -> None:
     assert kinds[-1] == "ServiceMonitor"
 
 
+def test_engine_series_are_labelled_with_their_service_and_namespace() -> None:
+    svc = service()
+    monitor = planned(svc, monitor=True).manifests[-1]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    targets = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    pod_labels = deployment(svc)["spec"]["template"]["metadata"]["labels"]
+    # The label the SLO rules group by comes from the label the renderer puts on engine pods.
+    (source,) = targets["llmservice"]
+    assert source == "__meta_kubernetes_pod_label_serving_tokenpilot_dev_llmservice"
+    assert pod_labels["serving.tokenpilot.dev/llmservice"] == svc.metadata.name
+    assert targets["namespace"] == ["__meta_kubernetes_namespace"]
+
+
 @pytest.mark.parametrize("sku", ["H100-80GB", "L40S"])
 def test_auto_budget_comes_from_the_tuner(sku: str) -> None:
     svc = service(accelerator={"sku": sku}, slo={"itlP99": "50ms", "ttftP99": "2s"})

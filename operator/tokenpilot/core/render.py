@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -381,9 +382,40 @@ def render_service_monitor(service: LLMService) -> dict[str, Any]:
         "metadata": _metadata(service, service.metadata.name),
         "spec": {
             "selector": {"matchLabels": selector(service)},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": "15s",
+                    "relabelings": engine_relabelings(),
+                }
+            ],
         },
     }
+
+
+def prometheus_label(name: str) -> str:
+    """A Kubernetes label as Prometheus's discovery names it: every other character becomes _."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def engine_relabelings() -> list[dict[str, Any]]:
+    """Give every engine series the `namespace` and `llmservice` labels the SLO rules group by.
+
+    vLLM's series carry neither; the service name comes from the label on the engine pods.
+    """
+    return [
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_namespace"],
+            "targetLabel": "namespace",
+        },
+        {
+            "action": "replace",
+            "sourceLabels": [f"__meta_kubernetes_pod_label_{prometheus_label(SERVICE_LABEL)}"],
+            "targetLabel": "llmservice",
+        },
+    ]
 
 
 def render(service: LLMService, facts: RenderFacts) -> list[dict[str, Any]]:
