@@ -1,24 +1,20 @@
 """The chart installed with helm on the cluster runs the operator, and that operator reconciles
 a sample LLMService.
 
-The operator's pod runs here as a local process standing in for it: the test reads the
-container args from the Deployment the chart installed and starts `tokenpilot` with exactly those
-args, authenticated as the chart's ServiceAccount (a token from the TokenRequest API). So the
-least-privilege ClusterRole is what the operator really gets: a verb missing from it fails this
-test. Two things differ from a pod, both about the network namespace a local process lacks: the
-health and metrics ports are moved to free loopback ports, and the kubeconfig is passed as a flag
-(in a pod the service account is mounted).
+Nothing here starts the operator: `helm install` creates its Deployment, and on the dev cluster
+the pod runner runs the operator pod's container as a local process with the container's args
+and a kubeconfig for the pod's ServiceAccount, so the chart's least-privilege ClusterRole is all
+the operator gets. The pod turns Ready only through the chart's readiness probe on the
+operator's health endpoint. The sample's engine pods run as engine simulators the same way. On
+kind (e2e/run-kind.sh) the same tests run against the real images.
 """
 
 from __future__ import annotations
 
-import re
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -26,9 +22,11 @@ import yaml
 
 from chart import CHART, REPO, install_monitoring_crds, must, run
 from tokenpilot.adapters.metrics import parse_metrics
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot.tooling.devcluster.pytest_plugin import DevCluster, eventually
 
 SAMPLE = REPO / "samples" / "llama-3.1-8b-h100.yaml"
+LOG_TAIL_CHARS = 4000
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +35,10 @@ def monitoring_crds(kubeconfig: Path) -> None:
 
 
 def free_port() -> int:
+    # The operator's /metrics listens on every address of the machine (pod IPs are loopback
+    # addresses here), so the chart is given a port nothing else holds.
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("0.0.0.0", 0))
         return int(sock.getsockname()[1])
 
 
@@ -47,37 +47,53 @@ def get_json(kind: str, name: str, namespace: str, kubeconfig: Path) -> dict[str
     return yaml.safe_load(result.stdout) if result.returncode == 0 else None
 
 
-def service_account_kubeconfig(admin: Path, namespace: str, account: str, out: Path) -> Path:
-    token = must(
+def operator_pods(release: str, namespace: str, kubeconfig: Path) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
+    listing = must(
         run(
             "kubectl",
-            "create",
-            "token",
-            account,
+            "get",
+            "pods",
             "-n",
             namespace,
-            "--duration=1h",
-            kubeconfig=admin,
-        )
-    ).strip()
-    config = yaml.safe_load(admin.read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
-    out.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": account, "user": {"token": token}}],
-                "contexts": [
-                    {"name": account, "context": {"cluster": cluster["name"], "user": account}}
-                ],
-                "current-context": account,
-            }
+            "-l",
+            selector,
+            "-o",
+            "yaml",
+            kubeconfig=kubeconfig,
         )
     )
-    return out
+    return list(yaml.safe_load(listing)["items"])
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def log_tail(dev_cluster: DevCluster, pod: dict[str, Any], kubeconfig: Path) -> str:
+    """The operator's output: the pod runner's log of the local process, else `kubectl logs`."""
+    meta = pod["metadata"]
+    if dev_cluster.state_dir is not None:
+        path = dev_cluster.state_dir / "pods" / f"{meta['namespace']}_{meta['name']}_operator.log"
+        if not path.is_file():
+            return f"(the pod runner has not started the operator: no {path})"
+        return f"{path}:\n{path.read_text(errors='replace')[-LOG_TAIL_CHARS:]}"
+    result = run(
+        "kubectl", "logs", meta["name"], "-n", meta["namespace"], "--tail=60", kubeconfig=kubeconfig
+    )
+    return result.stdout[-LOG_TAIL_CHARS:] or result.stderr
+
+
+def wait_for(
+    check: Callable[[], T | None], *, timeout_s: float, what: str, diagnose: Callable[[], str]
+) -> T:
+    """`eventually`, with what `diagnose` returns added to the failure."""
+    try:
+        return eventually(check, timeout_s=timeout_s, interval_s=0.5, what=what)
+    except pytest.fail.Exception as exc:
+        failure = str(exc)
+    pytest.fail(f"{failure}\n{diagnose()}", pytrace=False)
 
 
 @pytest.fixture
@@ -95,6 +111,8 @@ def release(kubeconfig: Path, namespace: str, monitoring_crds: None) -> Iterator
             str(REPO / "e2e" / "values" / "monitoring.yaml"),
             "--set",
             f"operator.watchNamespaces={{{namespace}}}",
+            "--set",
+            f"metrics.port={free_port()}",
             "--timeout",
             "2m",
             kubeconfig=kubeconfig,
@@ -120,59 +138,48 @@ def release(kubeconfig: Path, namespace: str, monitoring_crds: None) -> Iterator
             name,
             "--namespace",
             namespace,
+            "--wait",
             "--timeout",
             "2m",
             kubeconfig=kubeconfig,
         )
+        # The pod runner stops the operator process once its pod is deleting; wait for the pod
+        # to be gone so no operator outlives its release into the next test.
+        eventually(
+            lambda: not operator_pods(name, namespace, kubeconfig),
+            timeout_s=60,
+            what=f"the operator pod of release {name} to be deleted",
+        )
 
 
 @pytest.fixture
-def operator(
-    release: str, kubeconfig: Path, namespace: str, tmp_path: Path
-) -> Iterator[tuple[str, str]]:
-    deployment = get_json("deployment", f"{release}-tokenpilot", namespace, kubeconfig)
-    assert deployment is not None, "the chart installed no operator Deployment"
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    health_port, metrics_port = free_port(), free_port()
-    args = [
-        re.sub(
-            r"^--liveness=http://0\.0\.0\.0:\d+",
-            f"--liveness=http://127.0.0.1:{health_port}",
-            re.sub(r"^--metrics-port=\d+", f"--metrics-port={metrics_port}", arg),
+def operator_pod(
+    release: str, kubeconfig: Path, namespace: str, dev_cluster: DevCluster
+) -> dict[str, Any]:
+    """The chart's operator pod once its readiness probe passes."""
+    seen: list[dict[str, Any]] = []
+
+    def ready_pod() -> dict[str, Any] | None:
+        pods = operator_pods(release, namespace, kubeconfig)
+        seen[:] = pods
+        return next((p for p in pods if is_ready(p)), None)
+
+    def diagnose() -> str:
+        if not seen:
+            return f"no pod of the operator Deployment in {namespace}"
+        pod = seen[0]
+        statuses = (pod.get("status") or {}).get("containerStatuses")
+        return (
+            f"pod {pod['metadata']['name']}: phase {pod.get('status', {}).get('phase')}, "
+            f"container statuses {statuses}\n{log_tail(dev_cluster, pod, kubeconfig)}"
         )
-        for arg in container["args"]
-    ]
-    account_kubeconfig = service_account_kubeconfig(
-        kubeconfig, namespace, pod["serviceAccountName"], tmp_path / "sa.kubeconfig"
-    )
-    log = tmp_path / "operator.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tokenpilot.cli", *args, f"--kubeconfig={account_kubeconfig}"],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    health = f"http://127.0.0.1:{health_port}/healthz"
-    metrics = f"http://127.0.0.1:{metrics_port}/metrics"
 
-    def healthy() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the operator exited ({process.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            return httpx.get(health, timeout=2, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        eventually(healthy, timeout_s=60, what="the operator's health endpoint")
-        yield health, metrics
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    return wait_for(
+        ready_pod,
+        timeout_s=120,
+        what="the operator pod to turn Ready through its readiness probe",
+        diagnose=diagnose,
+    )
 
 
 def test_chart_installs_the_operator_and_its_monitoring(
@@ -194,32 +201,74 @@ def test_chart_installs_the_operator_and_its_monitoring(
 
 
 def test_the_installed_operator_reconciles_a_sample(
-    operator: tuple[str, str], kubeconfig: Path, namespace: str
+    operator_pod: dict[str, Any], kubeconfig: Path, namespace: str, dev_cluster: DevCluster
 ) -> None:
-    _, metrics = operator
+    (container,) = operator_pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    pod_ip = operator_pod["status"]["podIP"]
+    health = f"http://{pod_ip}:{ports['health']}/healthz"
+    assert httpx.get(health, timeout=5, trust_env=False).status_code == 200
+    metrics = f"http://{pod_ip}:{ports['metrics']}/metrics"
+
+    def diagnose() -> str:
+        return log_tail(dev_cluster, operator_pod, kubeconfig)
+
+    if dev_cluster.state_dir is not None:
+        # The pod runner handed the process its pod's ServiceAccount, not the runner's admin.
+        meta = operator_pod["metadata"]
+        path = dev_cluster.state_dir / "pods" / f"{namespace}_{meta['name']}_operator.kubeconfig"
+        (user,) = yaml.safe_load(path.read_text())["users"]
+        account = operator_pod["spec"]["serviceAccountName"]
+        assert user["name"] == f"system:serviceaccount:{namespace}:{account}"
+
     must(run("kubectl", "apply", "-n", namespace, "-f", str(SAMPLE), kubeconfig=kubeconfig))
     name = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
-    eventually(
+    wait_for(
         lambda: get_json("deployment", name, namespace, kubeconfig),
         timeout_s=60,
         what=f"the operator to create Deployment {name}",
+        diagnose=diagnose,
     )
 
     def ready() -> bool:
         service = get_json("llms", name, namespace, kubeconfig) or {}
-        return bool(service.get("status", {}).get("readyReplicas"))
+        conditions = service.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    eventually(ready, timeout_s=180, what=f"LLMService {name} to report ready replicas")
+    def diagnose_service() -> str:
+        service = get_json("llms", name, namespace, kubeconfig) or {}
+        pods = run("kubectl", "get", "pods", "-n", namespace, "-o", "wide", kubeconfig=kubeconfig)
+        return f"status: {service.get('status')}\n{pods.stdout}\n{diagnose()}"
+
+    wait_for(ready, timeout_s=180, what=f"LLMService {name} to be Ready", diagnose=diagnose_service)
+    engine_pods = yaml.safe_load(
+        must(
+            run(
+                "kubectl",
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                f"app.kubernetes.io/instance={name}",
+                "-o",
+                "yaml",
+                kubeconfig=kubeconfig,
+            )
+        )
+    )["items"]
+    assert engine_pods and all(is_ready(p) for p in engine_pods)
     wanted = {"namespace": namespace, "llmservice": name}
 
     def decided() -> bool:
         page = parse_metrics(httpx.get(metrics, timeout=5, trust_env=False).text)
         return any(s.labels == wanted for s in page.series("tokenpilot_desired_replicas"))
 
-    eventually(
+    wait_for(
         decided,
         timeout_s=60,
         what=f"the autoscaler's decision for {name} on the operator's /metrics",
+        diagnose=diagnose,
     )
 
 

@@ -108,7 +108,9 @@ def test_the_operator_deployment_is_hardened() -> None:
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert "--liveness=http://$(POD_IP):8080/healthz" in container["args"]
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9100}
     assert container["image"] == "tokenpilot/operator:0.1.0"

@@ -99,6 +99,21 @@ def load(path: Path | None) -> ImageMap:
     return parse(text, str(path))
 
 
+# The kubelet's expansion of `$(VAR)` in a container's command and args: a variable the container
+# defines is replaced, an undefined one is left as written, and `$$` is an escaped `$`.
+_VAR_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand_vars(word: str, env: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        return env.get(name, match.group(0))
+
+    return _VAR_REFERENCE.sub(substitute, word)
+
+
 def render_command(
     rule: ImageRule,
     *,

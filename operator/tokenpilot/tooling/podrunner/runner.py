@@ -6,7 +6,8 @@ the reconciler, every tick, starts processes for new mapped containers, restarts
 with the kubelet's back-off, stops those whose pod is gone, runs readiness probes on their
 period and patches pod status when it changed. Each child runs in its own session and is
 recorded (PID plus start time) in the children file, so `dev-cluster down` can stop it even
-if the runner itself was killed.
+if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's ServiceAccount
+(see credentials.py) in KUBECONFIG, never the runner's own.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenpilot.tooling.devcluster import procs
-from tokenpilot.tooling.podrunner import probes
-from tokenpilot.tooling.podrunner.imagemap import ImageMap, render_command
+from tokenpilot.tooling.podrunner import credentials, probes
+from tokenpilot.tooling.podrunner.imagemap import ImageMap, expand_vars, render_command
 from tokenpilot.tooling.podrunner.status import Observation, status_patch
 
 log = logging.getLogger("tokenpilot.pod-runner")
@@ -35,6 +36,7 @@ TICK_S = 0.25
 WATCH_TIMEOUT_S = 60
 MAX_BACKOFF_S = 30.0
 STOP_GRACE_S = 5.0
+CREDENTIALS_RETRY_S = 2.0
 
 
 def _now_rfc3339() -> str:
@@ -54,6 +56,8 @@ class Workload:
     pod_ip: str
     probe: probes.ProbeSpec
     log_path: Path
+    # The pod, when its process gets ServiceAccount credentials (None: automount is off).
+    credentials_for: dict[str, Any] | None = None
     proc: subprocess.Popen[bytes] | None = None
     ref: procs.ProcessRef | None = None
     started_at: str | None = None
@@ -219,9 +223,10 @@ class PodRunner:
         pod_ip = pod["status"]["podIP"]
         rule = self.images.rule_for(container["image"])
         assert rule is not None
+        env = _container_env(pod, container)
         argv = render_command(
             rule,
-            args=[str(a) for a in container.get("args") or []],
+            args=[expand_vars(str(a), env) for a in container.get("args") or []],
             pod_ip=pod_ip,
             port=probes.container_port(container),
             python=self.python,
@@ -233,14 +238,29 @@ class PodRunner:
             uid=meta["uid"],
             container=container["name"],
             argv=argv,
-            env=_container_env(pod, container),
+            env=env,
             pod_ip=pod_ip,
             probe=probes.readiness_spec(container),
             log_path=self.work_dir / f"{name}.log",
+            credentials_for=pod if credentials.wants_token(pod) else None,
         )
 
     def _start(self, w: Workload, now_mono: float) -> None:
-        env = {**os.environ, **w.env}
+        # The runner's own KUBECONFIG is a cluster admin's: a child never inherits it.
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        if w.credentials_for is not None:
+            try:
+                path = credentials.write_pod_kubeconfig(
+                    self.api, w.credentials_for, w.log_path.with_suffix(".kubeconfig")
+                )
+            except credentials.CredentialsError as exc:
+                # As the kubelet does, the container is not started without its credentials.
+                log.warning("%s/%s %s: %s", w.namespace, w.pod, w.container, exc)
+                w.start_error = str(exc)
+                w.restart_after_mono = now_mono + CREDENTIALS_RETRY_S
+                return
+            env["KUBECONFIG"] = str(path)
+        env.update(w.env)
         log.info("starting %s/%s %s: %s", w.namespace, w.pod, w.container, " ".join(w.argv))
         try:
             # Each process starts in its own empty directory, as a container starts in its image.
