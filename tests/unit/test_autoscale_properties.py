@@ -6,8 +6,8 @@ import itertools
 import math
 from dataclasses import replace
 
-from autoscale_fleet import ITL_SLO_S, direction_changes, drive
-from hypothesis import HealthCheck, given, settings
+from autoscale_fleet import ITL_SLO_S, direction_changes, drive, itl_quantile
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
@@ -173,3 +173,56 @@ def test_at_most_one_direction_change_per_window_under_noisy_steady_load(
     changes = direction_changes(ticks)
     for earlier, later in itertools.pairwise(changes):
         assert later - earlier >= window_s, (changes, load, replicas)
+
+
+@st.composite
+def calm_candidates(draw):
+    """A fully visible fleet past its scale-down window: the cases where a step down may come."""
+    replicas = draw(st.integers(2, 12))
+    itl_p99_s = draw(st.floats(0.001, 0.12))
+    ttft_p99_s = draw(st.floats(0.01, 4.0))
+    observation = Observation(
+        observed_at_s=1000.0,
+        desired_replicas=replicas,
+        ready_replicas=replicas,
+        num_pods_expected=replicas,
+        num_pods_scraped=replicas,
+        num_requests_waiting=draw(st.floats(0, 40)),
+        num_requests_running=draw(st.floats(0, 400)),
+        itl=itl_quantile(itl_p99_s, draw(st.sampled_from([0.0, 500.0]))),
+        ttft=LatencyQuantile(ttft_p99_s, 100.0, draw(st.sampled_from([None, 2.5, 5.0]))),
+    )
+    policy = AutoscalePolicy(
+        min_replicas=1,
+        max_replicas=12,
+        itl_p99_slo_s=ITL_SLO_S,
+        ttft_p99_slo_s=draw(st.sampled_from([None, 2.0])),
+        scale_down_stabilization_s=60.0,
+    )
+    history = History(calm_since_s=0.0, last_queue_per_replica=draw(st.floats(0, 40)))
+    return policy, history, observation
+
+
+@settings(max_examples=500, deadline=None)
+@given(calm_candidates())
+def test_a_scale_down_leaves_a_fleet_within_targets(case):
+    """Whenever decide() removes a replica, the smaller fleet is provably under each SLO now,
+    its queue under half the target, and each P99 scaled by the load the remaining replicas
+    carry within its SLO."""
+    policy, history, observation = case
+    decision = decide(policy, history, observation, 1000.0)
+    if decision.desired_replicas >= observation.desired_replicas:
+        return
+    event("scaled down")
+    after = decision.desired_replicas
+    waiting = observation.num_requests_waiting or 0.0
+    assert waiting / after <= policy.scale_down_ratio * policy.target_queue_per_replica
+    factor = observation.num_pods_scraped / after
+    for quantile, slo_s in (
+        (observation.itl, policy.itl_p99_slo_s),
+        (observation.ttft, policy.ttft_p99_slo_s),
+    ):
+        if slo_s is None or quantile is None or quantile.idle:
+            continue
+        assert quantile.bound_s <= slo_s
+        assert quantile.p99_s * factor <= policy.scale_down_latency_ratio * slo_s + 1e-12
