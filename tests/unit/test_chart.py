@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ import yaml
 
 from tokenpilot.cli import build_parser
 from tokenpilot.core.dashboards.files import RULES_PATH, dashboard_path, generated_files
-from tokenpilot.tooling.devcluster import paths
-from tokenpilot.tooling.devcluster.versions import HELM_VERSION
+from tokenpilot.tooling.devcluster import build
+from tokenpilot.tooling.devcluster.errors import BinariesMissing
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tokenpilot"
@@ -34,23 +33,15 @@ Manifest = dict[str, Any]
 
 
 def helm_binary() -> str:
-    cached = paths.bin_root() / f"helm-{HELM_VERSION}" / "helm"
-    if cached.is_file():
-        return str(cached)
-    found = shutil.which("helm")
-    if found is None:
-        pytest.fail(f"helm not found at {cached} or on PATH: run `make tools`")
-    return found
-
-
-# The Kubernetes version the chart is rendered for (a helm built with `go install` assumes
-# v1.20 otherwise, below the chart's kubeVersion); the dev cluster runs v1.33.
-KUBE_VERSION = "v1.33.0"
+    # The pinned build: offline it renders for the dev cluster's Kubernetes version, which the
+    # chart's kubeVersion accepts (a stock `go install` helm assumes v1.20).
+    try:
+        return str(build.binary("helm"))
+    except BinariesMissing as exc:
+        pytest.fail(str(exc))
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    if args[0] in {"template", "lint"}:
-        args = (*args, "--kube-version", KUBE_VERSION)
     return subprocess.run(
         [helm_binary(), *args], capture_output=True, text=True, timeout=120, check=False
     )

@@ -2,7 +2,8 @@
 
 Kubernetes is pinned at v1.33.x so the distribution's kubectl stays within version skew; etcd at
 v3.6.x because kube-apiserver turns off watch-progress requests on older servers; kwok and helm are
-plain Go modules. Bumping a version here changes the cache key, so the next build picks it up.
+plain Go modules. Bumping a version (or a component's build variant) here changes the cache key,
+so the next build picks it up.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ class Component:
 
     `sibling_version` is the version that a relative `replace` in the module's own go.mod stands
     for (Kubernetes staging modules are published as v0.<minor>.<patch>; etcd's as the same
-    version), so a wrapper module can point each of them at the published release.
+    version), so a wrapper module can point each of them at the published release. `variant`
+    names a build setting that changes what the binary does (not just its version string), so a
+    change to it lands in a new cache entry.
     """
 
     name: str
@@ -30,10 +33,12 @@ class Component:
     binaries: dict[str, str]  # binary name -> main package path
     sibling_version: str
     ldflags: tuple[str, ...] = field(default_factory=tuple)
+    variant: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.name}-{self.version}"
+        suffix = f"-{self.variant}" if self.variant else ""
+        return f"{self.name}-{self.version}{suffix}"
 
 
 def _kubernetes() -> Component:
@@ -83,6 +88,10 @@ def _kwok() -> Component:
 
 
 def _helm() -> Component:
+    # Offline (`helm template`, `helm lint`) helm assumes the Kubernetes version baked into its
+    # chartutil package, v1.20 unless stamped; stamp the cluster's so charts that require a
+    # newer Kubernetes render without --kube-version.
+    major, minor, _patch = KUBERNETES_VERSION.lstrip("v").split(".")
     return Component(
         name="helm",
         module="helm.sh/helm/v3",
@@ -92,7 +101,10 @@ def _helm() -> Component:
         ldflags=(
             f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
             "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+            f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor={major}",
+            f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={minor}",
         ),
+        variant=f"k8s{major}.{minor}",
     )
 
 
