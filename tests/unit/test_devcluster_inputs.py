@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tokenpilot.tooling.devcluster import kwokconfig, nodepools
 from tokenpilot.tooling.devcluster.build import wrapper_gomod
 from tokenpilot.tooling.devcluster.errors import ImageMapError, NodePoolError
-from tokenpilot.tooling.devcluster.versions import COMPONENTS
+from tokenpilot.tooling.devcluster.versions import COMPONENTS, KUBERNETES_VERSION
 from tokenpilot.tooling.podrunner import imagemap
 
 
@@ -175,3 +175,12 @@ def test_wrapper_module_points_relative_replaces_at_published_siblings() -> None
 def test_every_component_stamps_its_version() -> None:
     for component in COMPONENTS:
         assert any(component.version.lstrip("v") in flag for flag in component.ldflags), component
+
+
+def test_helm_renders_offline_for_the_dev_clusters_kubernetes_version() -> None:
+    (helm,) = [c for c in COMPONENTS if c.name == "helm"]
+    major, minor, _ = KUBERNETES_VERSION.lstrip("v").split(".")
+    assert f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor={major}" in helm.ldflags
+    assert f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={minor}" in helm.ldflags
+    # A build setting that changes behaviour gets its own cache entry, so old caches rebuild.
+    assert helm.key == f"helm-{helm.version}-k8s{major}.{minor}"
