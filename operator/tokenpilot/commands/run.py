@@ -34,6 +34,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, metavar="PORT", help="serve the operator's /metrics on PORT"
     )
     parser.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        metavar="ADDRESS",
+        help="the address /metrics listens on (default 0.0.0.0; a pod IP keeps pods apart)",
+    )
+    parser.add_argument(
         "--gpu-profiles-configmap",
         metavar="NAMESPACE/NAME",
         help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 resync_interval_s=args.resync_interval,
                 liveness_endpoint=args.liveness,
                 metrics_port=args.metrics_port,
+                metrics_address=args.metrics_address,
                 gpu_profiles_configmap=args.gpu_profiles_configmap,
             )
         )

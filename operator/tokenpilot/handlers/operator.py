@@ -57,6 +57,7 @@ class OperatorConfig:
     resync_interval_s: float = 60.0
     liveness_endpoint: str | None = None
     metrics_port: int | None = None  # the operator's own /metrics; None: not served
+    metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
 
 
@@ -104,7 +105,9 @@ def operate(
             namespaces=list(config.namespaces),
             memo=kopf.Memo(
                 runtime=runtime,
-                autoscaler_config=AutoscalerConfig(metrics_port=config.metrics_port),
+                autoscaler_config=AutoscalerConfig(
+                    metrics_port=config.metrics_port, metrics_address=config.metrics_address
+                ),
             ),
             stop_flag=stop_flag,
             ready_flag=ready_flag,
