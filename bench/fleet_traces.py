@@ -72,8 +72,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", type=Path)
     parser.add_argument("--rates", default="1", help="comma list of rate factors")
-    args, extra = parser.parse_known_args()
-    extra = [a for a in extra if a != "--"]
+    # Everything after `--` goes to `tokenpilot simulate` untouched, so an option's value
+    # (`-- --gpu L4`) is never mistaken for a trace file.
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    extra = argv[split + 1 :]
     failed = False
     for trace in args.traces:
         for rate in args.rates.split(","):
