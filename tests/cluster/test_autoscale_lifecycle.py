@@ -1,6 +1,7 @@
 """The autoscaler's footprint on the objects it scales: no finalizer, so an autoscaled LLMService
 is deleted (and its Deployment collected) with the operator stopped; and an engine whose
-/metrics answers garbage holds the replicas with a MetricsAvailable condition that says why."""
+/metrics answers garbage holds the replicas with a MetricsAvailable condition that says why,
+while the operator goes on serving every other service."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def client(kubeconfig: Path) -> KubeClient:
     return kube
 
 
-def autoscaled(namespace: str) -> dict[str, Any]:
+def autoscaled(namespace: str, name: str = NAME) -> dict[str, Any]:
     body = sample("llama-3.1-8b-h100.yaml", namespace)
+    body["metadata"]["name"] = name
     body["spec"]["replicas"] = 1
     body["spec"]["autoscaling"].update(
         {"enabled": True, "minReplicas": 1, "maxReplicas": 2, "interval": "1s"}
@@ -47,8 +49,10 @@ def autoscaled(namespace: str) -> dict[str, Any]:
     return body
 
 
-def condition(client: KubeClient, namespace: str, type_: str) -> dict[str, Any] | None:
-    status = get_llms(client, namespace, NAME).get("status", {})
+def condition(
+    client: KubeClient, namespace: str, type_: str, name: str = NAME
+) -> dict[str, Any] | None:
+    status = get_llms(client, namespace, name).get("status", {})
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
@@ -187,3 +191,17 @@ def test_engine_answering_garbage_holds_replicas_and_says_why(
         service = get_llms(client, namespace, NAME)
         assert service["spec"]["replicas"] == 1
         assert found["observedGeneration"] == service["metadata"]["generation"]
+
+        # One blind service holds only itself: a service created now is reconciled, its engine
+        # read and judged, while the first stays blind.
+        other = "llama-8b-other"
+        create(client, autoscaled(namespace, other))
+
+        def other_served() -> bool:
+            phase = get_llms(client, namespace, other).get("status", {}).get("phase")
+            read = condition(client, namespace, "MetricsAvailable", other)
+            return phase == "Ready" and read is not None and read["status"] == "True"
+
+        eventually(other_served, timeout_s=120, what=f"{other} Ready with its metrics read")
+        still = condition(client, namespace, "MetricsAvailable")
+        assert still is not None and still["status"] == "False", still
