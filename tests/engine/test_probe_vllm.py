@@ -22,9 +22,11 @@ async def test_the_probe_runs_against_real_vllm(vllm_server: VllmServer) -> None
         num_decode=4,
         num_prefill=2,
         prefill_len=256,
-        settle_s=0.5,
-        baseline_s=1.5,
-        recovery_s=1.0,
+        # Short windows: the tiny model decodes fast, and its streams are capped by a 1,024-token
+        # context, so a long baseline would outlast them.
+        settle_s=0.2,
+        baseline_s=1.0,
+        recovery_s=0.5,
         decode_prompt_len=32,
         decode_max_tokens=config.max_model_len - 64,
     )

@@ -413,7 +413,7 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
         attempts = 0
         while len(bursts) < settings.num_bursts:
             attempts += 1
-            burst = await _inject(settings, url, model, tick)
+            burst = await _inject(settings, url, model, tick, tasks)
             # 4. RECOVERY
             await asyncio.sleep(settings.recovery_s / scale)
             if _straddles_a_step(burst, streams[0].engine) and attempts < 3 * settings.num_bursts:
@@ -439,7 +439,11 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
 
 
 async def _inject(
-    settings: ProbeSettings, url: str, model: str, tick: asyncio.Event
+    settings: ProbeSettings,
+    url: str,
+    model: str,
+    tick: asyncio.Event,
+    decodes: Sequence[asyncio.Task[None]],
 ) -> _BurstTimes:
     """3. INJECT, just after a decode token so the burst lands early in an iteration."""
     burst = _Burst(
@@ -447,7 +451,7 @@ async def _inject(
     )
     await burst.connect()
     tick.clear()
-    await _bounded(tick.wait(), settings.request_timeout_s, "a decode token")
+    await _next_decode_token(tick, decodes, settings.request_timeout_s)
     sent = time.monotonic()
     burst.send()
     firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
@@ -462,6 +466,28 @@ async def _inject(
         engine_done_s=max(stamps) if stamped else None,
         engine_last_arrival_s=max(arrivals) if stamped else None,
     )
+
+
+async def _next_decode_token(
+    tick: asyncio.Event, decodes: Sequence[asyncio.Task[None]], timeout_s: float
+) -> None:
+    """Wait for the next decode token; a decode stream that has ended will send none, so say
+    so at once instead of waiting out the timeout."""
+    waiter = asyncio.ensure_future(tick.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, *decodes}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiter.cancel()
+    if waiter in done:
+        return
+    if done:
+        raise ProbeError(
+            "a decode stream ended before the burst was sent: raise decode_max_tokens or "
+            "shorten settle_s, baseline_s and recovery_s"
+        )
+    raise ProbeError(f"timed out after {timeout_s:.0f} s waiting for a decode token")
 
 
 def _straddles_a_step(burst: _BurstTimes, decode_stamps: Sequence[float]) -> bool:
