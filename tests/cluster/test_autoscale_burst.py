@@ -15,9 +15,6 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from _operator_harness import (
     client_for,
     create,
@@ -40,6 +36,7 @@ from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.core.render import SERVICE_LABEL
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot.tooling.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.cluster
 NAME = "llama-8b"
@@ -65,12 +62,6 @@ def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[N
             timeout_s=30,
             what="the LLMService to be deleted",
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PodDiscovery:
@@ -150,42 +141,11 @@ def metrics_source(
     if request.param == "direct":
         yield {"type": "direct"}
         return
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed: run `make system-deps` (Debian package)")
     discovery = PodDiscovery(client, namespace)
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(discovery.url)))
-    address = f"127.0.0.1:{free_port()}"
-    log = (tmp_path / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address={address}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-
-    def ready() -> bool:
-        assert process.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
-        try:
-            return httpx.get(f"http://{address}/-/ready", trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        eventually(ready, timeout_s=30, what="prometheus to be ready")
-        yield {"type": "prometheus", "prometheusUrl": f"http://{address}"}
+        with running_prometheus(scrape_config(discovery.url), tmp_path / "prometheus") as url:
+            yield {"type": "prometheus", "prometheusUrl": url}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
         discovery.close()
 
 

@@ -9,17 +9,16 @@ with the cluster tests.)
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-import httpx
 import pytest
-import yaml
 from fake_engines import EngineFarm, FakeEngine, closed_port
 
 from tokenpilot.adapters.metrics import PodEndpoint, PrometheusSource, ServiceTarget
 from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
+from tokenpilot.tooling.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
 
@@ -36,11 +35,8 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, wha
         await asyncio.sleep(0.5)
 
 
-async def start_prometheus(tmp_path, targets: list[str]) -> tuple[subprocess.Popen, str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed: run `make system-deps` (Debian package)")
-    config = {
+def scrape_config(targets: list[str]) -> dict[str, Any]:
+    return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
         "scrape_configs": [
             {
@@ -51,32 +47,6 @@ async def start_prometheus(tmp_path, targets: list[str]) -> tuple[subprocess.Pop
             }
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    address = f"127.0.0.1:{closed_port()}"
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address={address}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "prometheus.log", "wb"),  # noqa: SIM115
-    )
-    url = f"http://{address}"
-
-    async def ready() -> bool:
-        if process.poll() is not None:
-            log = (tmp_path / "prometheus.log").read_text()[-2000:]
-            pytest.fail(f"prometheus exited with {process.returncode}:\n{log}")
-        try:
-            async with httpx.AsyncClient(trust_env=False) as client:
-                return (await client.get(f"{url}/-/ready")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    await eventually(ready, 30, "prometheus to be ready")
-    return process, url
 
 
 @pytest.fixture
@@ -86,16 +56,15 @@ async def farm_and_prometheus(tmp_path) -> AsyncIterator[tuple[EngineFarm, str]]
     ]
     async with EngineFarm(engines) as farm:
         targets = [f"127.0.0.1:{port}" for port in farm.ports]
-        process, url = await start_prometheus(tmp_path, targets)
-        try:
-            yield farm, url
-        finally:
-            process.terminate()
+        with contextlib.ExitStack() as stack:
+            # Started from a worker thread: the farm serves from this event loop meanwhile.
+            url = await asyncio.to_thread(
+                stack.enter_context, running_prometheus(scrape_config(targets), tmp_path)
+            )
             try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+                yield farm, url
+            finally:
+                await asyncio.to_thread(stack.close)
 
 
 def service(farm: EngineFarm) -> ServiceTarget:

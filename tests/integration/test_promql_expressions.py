@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +36,8 @@ from operator_view import OperatorService, serve_operator_metrics
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.files import RULES_PATH, generated_files
 from tokenpilot.core.dashboards.grafana import expressions
+from tokenpilot.tooling.devcluster.ports import free_port
+from tokenpilot.tooling.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
 
@@ -88,12 +88,6 @@ OPERATOR_VIEW = (
         reconcile_errors=False,
     ),
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -180,9 +174,6 @@ def operator_metrics_port() -> Iterator[int]:
 
 @pytest.fixture
 def prometheus(tmp_path: Path, engines: list[Engine], operator_metrics_port: int) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed: run `make system-deps` (Debian package)")
     rules = yaml.safe_load(generated_files()[RULES_PATH])
     for group in rules["groups"]:
         group["interval"] = "2s"  # production evaluates every 30 s; the test cannot wait that long
@@ -207,38 +198,8 @@ def prometheus(tmp_path: Path, engines: list[Engine], operator_metrics_port: int
             },
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    address = f"127.0.0.1:{free_port()}"
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address={address}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    url = f"http://{address}"
-    try:
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"prometheus exited: {(tmp_path / 'prometheus.log').read_text()[-2000:]}"
-                )
-            return http_ok(f"{url}/-/ready")
-
-        wait_until(ready, 30, "prometheus to be ready")
+    with running_prometheus(config, tmp_path / "prometheus") as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 async def drive_load(engines: list[Engine], duration_s: float) -> int:
