@@ -23,10 +23,9 @@ from tokenpilot.adapters.metrics.parse import (
     engine_sample,
     parse_metrics,
 )
-from tokenpilot.core.autoscale import Observation
+from tokenpilot.core.autoscale import METRICS_WINDOW_S, Observation
 from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
 
-DEFAULT_WINDOW_S = 30.0
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_IN_FLIGHT = 128
 NUM_CLIENT_SHARDS = 32
@@ -39,7 +38,7 @@ class DirectSource:
     def __init__(
         self,
         *,
-        window_s: float = DEFAULT_WINDOW_S,
+        window_s: float = METRICS_WINDOW_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:

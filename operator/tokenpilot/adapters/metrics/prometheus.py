@@ -26,11 +26,10 @@ from urllib3.util.retry import Retry
 
 from tokenpilot.adapters.metrics.base import ServiceTarget
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.autoscale import LatencyQuantile, Observation
+from tokenpilot.core.autoscale import METRICS_WINDOW_S, LatencyQuantile, Observation
 from tokenpilot.core.dashboards.slo import SERVICE_LABELS
 from tokenpilot.core.histogram import bucket_upper_bound
 
-DEFAULT_WINDOW_S = 30.0
 DEFAULT_TIMEOUT_S = 3.0
 
 
@@ -85,7 +84,7 @@ class PrometheusSource:
         self,
         url: str,
         *,
-        window_s: float = DEFAULT_WINDOW_S,
+        window_s: float = METRICS_WINDOW_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.url = url

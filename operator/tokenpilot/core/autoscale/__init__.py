@@ -11,9 +11,10 @@ Purely data-manipulative: no I/O, no clock. The operator's timer and the fleet s
 from tokenpilot.core.autoscale.algorithm import decide
 from tokenpilot.core.autoscale.decision import Decision, Mode, Reason, Signals
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
-from tokenpilot.core.autoscale.policy import AutoscalePolicy, InvalidPolicy
+from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy, InvalidPolicy
 
 __all__ = [
+    "METRICS_WINDOW_S",
     "AutoscalePolicy",
     "Decision",
     "History",

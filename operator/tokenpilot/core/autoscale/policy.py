@@ -51,6 +51,11 @@ from dataclasses import dataclass
 
 from tokenpilot.core.errors import InvalidSpec
 
+# The window every metrics source computes P99s and rates over, whether it scrapes pods itself
+# or asks Prometheus: six 5 s intervals, enough scrapes for a P99 at modest load while a burst
+# still shows within one evaluation. The fleet simulator observes over the same window.
+METRICS_WINDOW_S = 30.0
+
 
 class InvalidPolicy(InvalidSpec):
     """spec.autoscaling (or a simulated policy) contradicts itself; the message names the field."""

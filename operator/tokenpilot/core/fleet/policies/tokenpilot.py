@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale import METRICS_WINDOW_S, AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
 from tokenpilot.core.fleet.policies.base import ScaleChoice
 from tokenpilot.core.fleet.view import FleetView, MetricsSource
 
-# The operator's evaluation interval, and the direct source's default window
-# (adapters.metrics.direct.DEFAULT_WINDOW_S); keep in step with them.
+# The operator's default evaluation interval (spec.autoscaling.interval).
 OPERATOR_INTERVAL_S = 5.0
-OPERATOR_WINDOW_S = 30.0
 
 
 @dataclass(slots=True)
@@ -29,7 +27,7 @@ class TokenPilotPolicy:
     name: str = "tokenpilot"
     interval_s: float = OPERATOR_INTERVAL_S
     source: MetricsSource = MetricsSource.pods
-    window_s: float = OPERATOR_WINDOW_S
+    window_s: float = METRICS_WINDOW_S
     history: History = field(default_factory=History)
     _rings: dict[str, Ring] = field(default_factory=dict)
 
