@@ -24,10 +24,8 @@ from typing import Any
 import httpx
 import pytest
 from _operator_harness import (
-    client_for,
     create,
     get_llms,
-    install_crd,
     operator_thread,
     sample,
 )
@@ -42,13 +40,6 @@ pytestmark = pytest.mark.cluster
 NAME = "llama-8b"
 INTERVAL_S = 2.0
 WINDOW_S = 10.0
-
-
-@pytest.fixture
-def client(kubeconfig: Path) -> KubeClient:
-    kube = client_for(kubeconfig)
-    install_crd(kube)
-    return kube
 
 
 @pytest.fixture

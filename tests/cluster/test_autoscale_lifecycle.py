@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 from _operator_harness import (
-    client_for,
     create,
     get_deployment,
     get_llms,
-    install_crd,
     operator_thread,
     sample,
 )
@@ -30,13 +28,6 @@ pytestmark = pytest.mark.cluster
 NAME = "llama-8b"
 PODS = RESOURCES[("v1", "Pod")]
 GARBAGE_PORT = 18931
-
-
-@pytest.fixture
-def client(kubeconfig: Path) -> KubeClient:
-    kube = client_for(kubeconfig)
-    install_crd(kube)
-    return kube
 
 
 def autoscaled(namespace: str, name: str = NAME) -> dict[str, Any]:

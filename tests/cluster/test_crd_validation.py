@@ -8,18 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import client_for, create, install_crd, sample
+from _operator_harness import create, sample
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def client(kubeconfig: Path) -> KubeClient:
-    kube = client_for(kubeconfig)
-    install_crd(kube)
-    return kube
 
 
 def _set(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:

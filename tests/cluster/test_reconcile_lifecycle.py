@@ -12,12 +12,10 @@ import pytest
 from _operator_harness import (
     api_writes,
     args_of,
-    client_for,
     create,
     flag,
     get_deployment,
     get_llms,
-    install_crd,
     operator_thread,
     resource_versions,
     sample,
@@ -32,13 +30,6 @@ from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 pytestmark = pytest.mark.cluster
 H100 = "llama-3.1-8b-h100.yaml"
 L40S = "llama-3.1-8b-l40s.yaml"
-
-
-@pytest.fixture
-def client(kubeconfig: Path) -> KubeClient:
-    kube = client_for(kubeconfig)
-    install_crd(kube)
-    return kube
 
 
 @pytest.fixture
