@@ -22,11 +22,12 @@ async def test_the_probe_runs_against_real_vllm(vllm_server: VllmServer) -> None
         num_decode=4,
         num_prefill=2,
         prefill_len=256,
-        # Short windows: the tiny model decodes fast, and its streams are capped by a 1,024-token
-        # context, so a long baseline would outlast them.
-        settle_s=0.2,
-        baseline_s=1.0,
-        recovery_s=0.5,
+        # Short windows: the tiny model can decode 960 tokens (its 1,024-token context) in under
+        # 2 s on an idle machine, and every decode stream must outlive the whole probe. 0.2 s is
+        # still 20 to 200 iterations at its 1-10 ms steps.
+        settle_s=0.1,
+        baseline_s=0.25,
+        recovery_s=0.2,
         decode_prompt_len=32,
         decode_max_tokens=config.max_model_len - 64,
     )
