@@ -1,33 +1,27 @@
-"""A dev cluster of its own (not the session's): `down` stops exactly the processes `up`
-started, pod processes included, and removes the state directory."""
+"""Dev clusters of their own (not the session's): `down` stops exactly the processes `up`
+started, pod processes included, and removes the state directory; a deleted pod's process gets
+its pod's grace period to exit, as under a kubelet, without holding up the other pods."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from kubernetes import client, config
 
-from tokenpilot.tooling.devcluster import cluster, paths, procs
+from devcluster_processes import processes_mentioning
+from tokenpilot.tooling.devcluster import cluster, paths, procs, state
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def _answers(url: str) -> bool:
@@ -83,7 +77,7 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
 
     for ref in [*st.processes, *children]:
         assert not procs.is_alive(ref), f"{ref.name} (pid {ref.pid}) survived down"
-    assert not _processes_mentioning(str(state_dir)), "a process still refers to the state dir"
+    assert not processes_mentioning(str(state_dir)), "a process still refers to the state dir"
     assert not state_dir.exists()
     assert pids  # the PIDs we checked were real
 
@@ -140,3 +134,121 @@ def test_a_crashing_local_process_is_restarted_and_shows_crash_loop(tmp_path: Pa
         assert not any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
     finally:
         cluster.down(state_dir)
+
+
+# Two local programs for the grace-period tests. Both say "trapped" once their SIGTERM handling is
+# in place; `drains` then needs a second to finish and writes $DONE_FILE on its clean exit,
+# `stubborn` ignores SIGTERM altogether.
+GRACE_IMAGE_MAP = {
+    "images": [
+        {
+            "image": "drains:*",
+            "command": [
+                "sh",
+                "-c",
+                "trap 'sleep 1; echo clean > \"$DONE_FILE\"; exit 0' TERM; echo trapped; "
+                "while :; do sleep 0.1; done",
+            ],
+        },
+        {
+            "image": "stubborn:*",
+            "command": ["sh", "-c", "trap '' TERM; echo trapped; while :; do sleep 0.1; done"],
+        },
+    ]
+}
+
+Cluster = tuple[state.ClusterState, client.CoreV1Api]
+
+
+def _grace_cluster(tmp_path: Path, name: str) -> Cluster:
+    images = tmp_path / "images.yaml"
+    images.write_text(yaml.safe_dump(GRACE_IMAGE_MAP))
+    st = cluster.up(cluster.UpOptions(name=name, state_dir=tmp_path / "cluster", image_map=images))
+    return st, client.CoreV1Api(config.new_client_from_config(config_file=st.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def grace_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    st, core = _grace_cluster(tmp_path_factory.mktemp("grace"), "grace")
+    try:
+        yield st, core
+    finally:
+        cluster.down(st.state_dir)
+
+
+def _run_pod(
+    grace: Cluster, name: str, image: str, *, grace_s: int | None = None, env: dict[str, str]
+) -> procs.ProcessRef:
+    """Create a pod on the cluster and return its local process once SIGTERM is trapped."""
+    st, core = grace
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": image,
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+            }
+        ]
+    }
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = grace_s
+    core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": spec})
+    ref = eventually(
+        lambda: next(
+            (r for r in cluster.runner_children(st.state_dir) if r.name == f"default/{name}/main"),
+            None,
+        ),
+        timeout_s=30,
+        what=f"the process of pod {name}",
+    )
+    eventually(
+        lambda: "trapped" in Path(ref.log).read_text(),
+        timeout_s=30,
+        what=f"pod {name}'s process to trap SIGTERM",
+    )
+    return ref
+
+
+def test_a_process_that_drains_on_sigterm_exits_on_its_own(
+    grace_cluster: Cluster, tmp_path: Path
+) -> None:
+    done = tmp_path / "clean-exit"
+    ref = _run_pod(grace_cluster, "drains", "drains:1", env={"DONE_FILE": str(done)})
+    grace_cluster[1].delete_namespaced_pod("drains", "default")
+    eventually(lambda: not procs.is_alive(ref), timeout_s=30, what="the process to exit")
+    assert done.read_text().strip() == "clean", "the process did not finish its SIGTERM handler"
+
+
+def test_a_process_ignoring_sigterm_is_killed_when_its_grace_period_ends(
+    grace_cluster: Cluster,
+) -> None:
+    st, core = grace_cluster
+    ref = _run_pod(grace_cluster, "stubborn", "stubborn:1", grace_s=2, env={})
+    deleted_mono = time.monotonic()
+    core.delete_namespaced_pod("stubborn", "default")
+    eventually(lambda: not procs.is_alive(ref), timeout_s=30, what="the process to be killed")
+    assert time.monotonic() - deleted_mono >= 2.0, "killed before its grace period ended"
+    runner_log = (st.state_dir / "logs" / "pod-runner.log").read_text()
+    assert f"(pid {ref.pid}) still running after its 2 s grace period: SIGKILL" in runner_log
+
+
+def test_a_long_grace_period_holds_up_no_other_pod_and_down_ends_it(tmp_path: Path) -> None:
+    grace = _grace_cluster(tmp_path, "grace-down")
+    st, core = grace
+    try:
+        draining = _run_pod(grace, "draining", "stubborn:1", grace_s=600, env={})
+        core.delete_namespaced_pod("draining", "default")
+        sigterm = f"stopping default/draining main (pid {draining.pid}): SIGTERM, 600 s grace"
+        eventually(
+            lambda: sigterm in (st.state_dir / "logs" / "pod-runner.log").read_text(),
+            timeout_s=30,
+            what="the runner to send SIGTERM",
+        )
+        # The runner keeps serving pods while one process uses its grace period.
+        later = _run_pod(grace, "later", "stubborn:1", env={})
+        assert procs.is_alive(draining)
+    finally:
+        cluster.down(st.state_dir)
+    assert not procs.is_alive(draining), "a process in its grace period survived down"
+    assert not procs.is_alive(later)
+    assert not st.state_dir.exists()

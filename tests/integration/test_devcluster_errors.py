@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devcluster_processes import processes_mentioning
 from tokenpilot.tooling.devcluster import build, cluster, procs, state
 from tokenpilot.tooling.devcluster.errors import (
     BinariesMissing,
@@ -33,17 +34,6 @@ def _tokenpilot(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
         timeout=120,
         env=env,
     )
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def test_build_without_go_says_how_to_get_it(tmp_path: Path) -> None:
@@ -191,7 +181,7 @@ def test_failed_up_stops_what_it_started_and_shows_the_log(
     assert "kube-scheduler exited with code 1" in message
     assert "unknown flag: --no-such-flag" in message
     # etcd and kube-apiserver had started: they must be gone, and so must the state dir.
-    assert not _processes_mentioning(str(state_dir))
+    assert not processes_mentioning(str(state_dir))
     assert not state_dir.exists()
 
 

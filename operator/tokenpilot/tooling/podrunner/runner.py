@@ -3,8 +3,9 @@ write what it sees into pod status.
 
 Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
 the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
-with the kubelet's back-off, stops those whose pod is gone, runs readiness probes on their
-period and patches pod status when it changed. Each child runs in its own session and is
+with the kubelet's back-off, starts terminating those whose pod is being deleted or is gone
+(SIGTERM, SIGKILL after the pod's grace period; see termination.py), runs readiness probes on
+their period and patches pod status when it changed. Each child runs in its own session and is
 recorded (PID plus start time) in the children file, so `dev-cluster down` can stop it even
 if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's ServiceAccount
 (see credentials.py) in KUBECONFIG, never the runner's own.
@@ -29,13 +30,17 @@ from tokenpilot.tooling.devcluster import procs
 from tokenpilot.tooling.podrunner import credentials, probes
 from tokenpilot.tooling.podrunner.imagemap import ImageMap, expand_vars, render_command
 from tokenpilot.tooling.podrunner.status import Observation, status_patch
+from tokenpilot.tooling.podrunner.termination import Termination, grace_period_s
 
 log = logging.getLogger("tokenpilot.pod-runner")
 
 TICK_S = 0.25
 WATCH_TIMEOUT_S = 60
 MAX_BACKOFF_S = 30.0
-STOP_GRACE_S = 5.0
+# On its own shutdown the runner allows its processes at most this long after SIGTERM, well
+# inside the 10 s `dev-cluster down` gives the runner before it sends SIGKILL.
+SHUTDOWN_GRACE_S = 5.0
+SHUTDOWN_KILL_WAIT_S = 2.0
 CREDENTIALS_RETRY_S = 2.0
 
 
@@ -56,6 +61,8 @@ class Workload:
     pod_ip: str
     probe: probes.ProbeSpec
     log_path: Path
+    # Used when the pod is gone before we saw its deletion (and so its deletion grace period).
+    spec_grace_s: float
     # The pod, when its process gets ServiceAccount credentials (None: automount is off).
     credentials_for: dict[str, Any] | None = None
     proc: subprocess.Popen[bytes] | None = None
@@ -141,6 +148,10 @@ class PodRunner:
         self.python = python
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self.workloads: dict[tuple[str, str], Workload] = {}  # (uid, container) -> workload
+        # uid -> the grace period of the pod's deletion, as first seen: kwok deletes the pod
+        # with grace 0 right after, which must not cut the process's grace short.
+        self.deletion_grace_s: dict[str, float] = {}
+        self.terminations: list[Termination] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.synced = threading.Event()
@@ -155,6 +166,8 @@ class PodRunner:
         body = json.loads(response.data)
         with self.lock:
             self.pods = {p["metadata"]["uid"]: p for p in body["items"]}
+            for pod in body["items"]:
+                self._note_deletion(pod)
         self.synced.set()
         return str(body["metadata"]["resourceVersion"])
 
@@ -188,6 +201,7 @@ class PodRunner:
                             self.pods.pop(pod["metadata"]["uid"], None)
                         else:
                             self.pods[pod["metadata"]["uid"]] = pod
+                            self._note_deletion(pod)
                     if self.stopping.is_set():
                         return
             except ApiException as exc:
@@ -200,6 +214,11 @@ class PodRunner:
                 log.warning("pod watch failed: %s; retrying in 1 s", exc)
                 resource_version = ""
                 self.stopping.wait(1.0)
+
+    def _note_deletion(self, pod: dict[str, Any]) -> None:
+        # Called with the lock held.
+        if pod["metadata"].get("deletionTimestamp"):
+            self.deletion_grace_s.setdefault(pod["metadata"]["uid"], grace_period_s(pod))
 
     # -- reconciling ----------------------------------------------------------------------
 
@@ -242,6 +261,7 @@ class PodRunner:
             pod_ip=pod_ip,
             probe=probes.readiness_spec(container),
             log_path=self.work_dir / f"{name}.log",
+            spec_grace_s=grace_period_s({"spec": pod["spec"]}),
             credentials_for=pod if credentials.wants_token(pod) else None,
         )
 
@@ -313,11 +333,35 @@ class PodRunner:
             if w.failures >= w.probe.failure_threshold or not w.ready:
                 w.ready = False
 
-    def _stop_workload(self, w: Workload) -> None:
-        if w.ref is not None:
-            log.info("stopping %s/%s %s (pid %s)", w.namespace, w.pod, w.container, w.ref.pid)
-            procs.stop(w.ref, timeout_s=STOP_GRACE_S)
+    def _terminate_workload(self, w: Workload, now_mono: float) -> None:
+        """Start stopping `w`'s process with its pod's grace period; return at once."""
+        if w.proc is not None and w.ref is not None and w.proc.poll() is None:
+            with self.lock:
+                grace_s = self.deletion_grace_s.get(w.uid, w.spec_grace_s)
+            self.terminations.append(
+                Termination.begin(
+                    f"{w.namespace}/{w.pod} {w.container}",
+                    w.proc,
+                    w.ref,
+                    grace_s=grace_s,
+                    now_mono=now_mono,
+                )
+            )
         w.proc = None
+
+    def _step_terminations(self, now_mono: float) -> bool:
+        """Step every pending termination; True if one of them finished."""
+        pending = [t for t in self.terminations if not t.step(now_mono)]
+        finished = len(pending) != len(self.terminations)
+        self.terminations = pending
+        return finished
+
+    def _forget_deletions(self) -> None:
+        """Drop deletion grace periods no pod or workload can need any more."""
+        with self.lock:
+            live = set(self.pods) | {uid for uid, _ in self.workloads}
+            for uid in [u for u in self.deletion_grace_s if u not in live]:
+                del self.deletion_grace_s[uid]
 
     def _patch_status(self, uid: str) -> None:
         with self.lock:
@@ -353,8 +397,10 @@ class PodRunner:
         wanted = self._wanted()
         changed = False
         for key in [k for k in self.workloads if k not in wanted]:
-            self._stop_workload(self.workloads.pop(key))
+            self._terminate_workload(self.workloads.pop(key), now_mono)
             changed = True
+        changed = self._step_terminations(now_mono) or changed
+        self._forget_deletions()
         for key, (pod, container) in wanted.items():
             if key not in self.workloads:
                 self.workloads[key] = self._new_workload(pod, container)
@@ -371,7 +417,10 @@ class PodRunner:
     def _save_children(self) -> None:
         if self.children_file is None:
             return
+        # A terminating process stays listed until it has exited: `dev-cluster down` must still
+        # find it if the runner dies during the grace period.
         refs = [w.ref.to_json() for w in self.workloads.values() if w.ref and w.proc]
+        refs += [t.ref.to_json() for t in self.terminations]
         tmp = self.children_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(refs))
         os.replace(tmp, self.children_file)
@@ -397,10 +446,22 @@ class PodRunner:
         finally:
             self.shutdown()
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop every process within `grace_s` (SIGTERM, then SIGKILL), whatever the grace
+        periods of their pods, and wait a bounded time for them to go."""
         self.stopping.set()
+        now_mono = time.monotonic()
         for key in list(self.workloads):
-            self._stop_workload(self.workloads.pop(key))
+            self._terminate_workload(self.workloads.pop(key), now_mono)
+        for termination in self.terminations:
+            termination.hurry(now_mono + grace_s)
+        deadline = now_mono + grace_s + SHUTDOWN_KILL_WAIT_S
+        while self.terminations and time.monotonic() < deadline:
+            self._step_terminations(time.monotonic())
+            time.sleep(procs.POLL_S)
+        for termination in self.terminations:
+            # Left in the children file for `dev-cluster down`.
+            log.warning("%s (pid %s) did not exit", termination.label, termination.proc.pid)
         self._save_children()
 
 

@@ -1,0 +1,97 @@
+"""Stopping a pod's process the way a kubelet does: SIGTERM, then SIGKILL once the pod's grace
+period has run out.
+
+A kubelet starts terminating a container when its pod gets a deletionTimestamp and allows it the
+grace period of that deletion (metadata.deletionGracePeriodSeconds, which the API server copies
+from spec.terminationGracePeriodSeconds unless the delete asked for less). A `Termination` is the
+bookkeeping for one such stop; the runner steps every pending termination on each tick instead of
+waiting, so a slow drain never holds up the other pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.tooling.devcluster import procs
+
+log = logging.getLogger("tokenpilot.pod-runner")
+
+# The API server's default for spec.terminationGracePeriodSeconds.
+DEFAULT_GRACE_S = 30.0
+
+
+def grace_period_s(pod: dict[str, Any]) -> float:
+    """The grace period a kubelet would allow this pod's containers if it stopped them now."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    seconds = meta.get("deletionGracePeriodSeconds") if meta.get("deletionTimestamp") else None
+    if seconds is None:
+        seconds = spec.get("terminationGracePeriodSeconds")
+    if seconds is None:
+        return DEFAULT_GRACE_S
+    return max(0.0, float(seconds))
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Signal the process group `proc` leads, unless `proc` has been reaped.
+
+    Until it is reaped, a child's PID (and so its group ID) cannot be given to another process,
+    so this never signals a stranger.
+    """
+    if proc.poll() is not None:
+        return
+    # ProcessLookupError: the whole group exited between poll() and killpg().
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+@dataclass
+class Termination:
+    """One process on its way out: SIGTERM has been sent; SIGKILL follows at `kill_at_mono`."""
+
+    label: str
+    proc: subprocess.Popen[bytes]
+    ref: procs.ProcessRef
+    grace_s: float
+    kill_at_mono: float
+    killed: bool = False
+
+    @classmethod
+    def begin(
+        cls,
+        label: str,
+        proc: subprocess.Popen[bytes],
+        ref: procs.ProcessRef,
+        *,
+        grace_s: float,
+        now_mono: float,
+    ) -> Termination:
+        log.info("stopping %s (pid %s): SIGTERM, %.0f s grace period", label, proc.pid, grace_s)
+        signal_group(proc, signal.SIGTERM)
+        return cls(label, proc, ref, grace_s, kill_at_mono=now_mono + grace_s)
+
+    def step(self, now_mono: float) -> bool:
+        """Advance this termination; True once the process has exited (and been reaped)."""
+        code = self.proc.poll()
+        if code is not None:
+            log.info("%s exited with %s after SIGTERM", self.label, code)
+            return True
+        if not self.killed and now_mono >= self.kill_at_mono:
+            log.info(
+                "%s (pid %s) still running after its %.0f s grace period: SIGKILL",
+                self.label,
+                self.proc.pid,
+                self.grace_s,
+            )
+            signal_group(self.proc, signal.SIGKILL)
+            self.killed = True
+        return False
+
+    def hurry(self, kill_at_mono: float) -> None:
+        """Bring the SIGKILL forward (never back), as when the runner itself shuts down."""
+        self.kill_at_mono = min(self.kill_at_mono, kill_at_mono)
