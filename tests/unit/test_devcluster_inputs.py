@@ -93,9 +93,9 @@ def test_default_image_map_sends_vllm_images_to_the_engine_simulator() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("images:\n- image: x\n  command: []", "images.0.command"),
+        ("images:\n- image: x\n  command: []", "images[0].command"),
         ("images:\n- image: x\n  command: ['{pyhton}']", "unknown placeholder {pyhton}"),
-        ("images:\n- command: [a]", "images.0.image"),
+        ("images:\n- command: [a]", "images[0].image"),
         ("image: []", "image"),
     ],
 )

@@ -11,10 +11,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tokenpilot.tooling.devcluster.errors import NodePoolError
+from tokenpilot.tooling.inputfile import InputFile
 
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "tokenpilot.dev/node-pool"
@@ -65,34 +65,21 @@ def default_path() -> Path:
     return Path(str(resources.files("tokenpilot.tooling.devcluster") / "data" / "nodepools.yaml"))
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+_FILE = InputFile(
+    what="node-pool file",
+    top_key="pools",
+    model=NodePoolFile,
+    error=NodePoolError,
+    default=default_path(),
+)
 
 
 def parse(text: str, source: str) -> NodePoolFile:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise NodePoolError(f"{source}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise NodePoolError(f"{source}: expected a mapping with a `pools:` list at the top")
-    try:
-        return NodePoolFile.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise NodePoolError(
-            f"{source}: invalid node-pool file: {problems}. "
-            f"See the default file {default_path()} for the format."
-        ) from exc
+    return _FILE.parse(text, source)
 
 
 def load(path: Path | None) -> NodePoolFile:
-    path = path or default_path()
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise NodePoolError(f"cannot read node-pool file {path}: {exc.strerror}") from exc
-    return parse(text, str(path))
+    return _FILE.load(path)
 
 
 def node_names(pools: NodePoolFile) -> list[str]:

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tokenpilot.tooling.devcluster.errors import ImageMapError
+from tokenpilot.tooling.inputfile import InputFile
 
 PLACEHOLDERS = ("{python}", "{args}", "{pod_ip}", "{port}")
 
@@ -72,31 +72,17 @@ def default_path() -> Path:
     return Path(str(resources.files("tokenpilot.tooling.podrunner") / "data" / "images.yaml"))
 
 
+_FILE = InputFile(
+    what="image map", top_key="images", model=ImageMap, error=ImageMapError, default=default_path()
+)
+
+
 def parse(text: str, source: str) -> ImageMap:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ImageMapError(f"{source}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ImageMapError(f"{source}: expected a mapping with an `images:` list at the top")
-    try:
-        return ImageMap.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            ".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()
-        )
-        raise ImageMapError(
-            f"{source}: invalid image map: {problems}. See {default_path()} for the format."
-        ) from exc
+    return _FILE.parse(text, source)
 
 
 def load(path: Path | None) -> ImageMap:
-    path = path or default_path()
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ImageMapError(f"cannot read image map {path}: {exc.strerror}") from exc
-    return parse(text, str(path))
+    return _FILE.load(path)
 
 
 # The kubelet's expansion of `$(VAR)` in a container's command and args: a variable the container
