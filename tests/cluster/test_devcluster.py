@@ -14,6 +14,7 @@ import httpx
 import pytest
 from kubernetes import client
 
+from devcluster_checks import answers
 from tokenpilot.tooling.devcluster.pytest_plugin import DevCluster, eventually
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
@@ -67,13 +68,6 @@ def _http_pod(name: str, probe_path: str) -> dict[str, Any]:
 
 def _pods(core: client.CoreV1Api, namespace: str, selector: str = "") -> list[Any]:
     return list(core.list_namespaced_pod(namespace, label_selector=selector).items)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
-    except httpx.TransportError:
-        return False  # not listening yet
 
 
 def _ready(pod: Any) -> bool:
@@ -188,7 +182,7 @@ def test_mapped_image_runs_locally_and_readiness_follows_its_probe(
     assert ipaddress.ip_address(bad.status.pod_ip) in LOOPBACK
     # The server answers on the pod IP, but not on the probe path: never Ready.
     eventually(
-        lambda: _answers(f"http://{bad.status.pod_ip}:8080/"),
+        lambda: answers(f"http://{bad.status.pod_ip}:8080/"),
         timeout_s=15,
         what="bad-probe's server to answer on /",
     )

@@ -12,23 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from kubernetes import client, config
 
-from devcluster_processes import processes_mentioning
+from devcluster_checks import answers, processes_mentioning
 from tokenpilot.tooling.devcluster import cluster, paths, procs, state
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
-    except httpx.TransportError:
-        return False  # not listening yet
 
 
 def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
@@ -69,7 +61,7 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     )
     ip = pod.status.pod_ip
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(st.pod_cidr)
-    eventually(lambda: _answers(f"http://{ip}:8080/"), timeout_s=30, what="the pod's server")
+    eventually(lambda: answers(f"http://{ip}:8080/"), timeout_s=30, what="the pod's server")
     children = cluster.runner_children(state_dir)
     assert len(children) == 1
 
@@ -177,7 +169,13 @@ def grace_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 def _run_pod(
-    grace: Cluster, name: str, image: str, *, grace_s: int | None = None, env: dict[str, str]
+    grace: Cluster,
+    name: str,
+    image: str,
+    *,
+    grace_s: int | None = None,
+    env: dict[str, str],
+    finalizers: list[str] | None = None,
 ) -> procs.ProcessRef:
     """Create a pod on the cluster and return its local process once SIGTERM is trapped."""
     st, core = grace
@@ -192,7 +190,8 @@ def _run_pod(
     }
     if grace_s is not None:
         spec["terminationGracePeriodSeconds"] = grace_s
-    core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": spec})
+    metadata = {"name": name, "finalizers": finalizers or []}
+    core.create_namespaced_pod("default", {"metadata": metadata, "spec": spec})
     ref = eventually(
         lambda: next(
             (r for r in cluster.runner_children(st.state_dir) if r.name == f"default/{name}/main"),
@@ -230,6 +229,27 @@ def test_a_process_ignoring_sigterm_is_killed_when_its_grace_period_ends(
     assert time.monotonic() - deleted_mono >= 2.0, "killed before its grace period ended"
     runner_log = (st.state_dir / "logs" / "pod-runner.log").read_text()
     assert f"(pid {ref.pid}) still running after its 2 s grace period: SIGKILL" in runner_log
+
+
+def test_termination_starts_when_the_pod_is_marked_for_deletion(
+    grace_cluster: Cluster, tmp_path: Path
+) -> None:
+    """As under a kubelet, the process stops at the deletionTimestamp, not when the pod object
+    is finally removed (here a finalizer keeps it)."""
+    core = grace_cluster[1]
+    done = tmp_path / "clean-exit"
+    hold = "tokenpilot.dev/test-hold"
+    ref = _run_pod(
+        grace_cluster, "held", "drains:1", env={"DONE_FILE": str(done)}, finalizers=[hold]
+    )
+    try:
+        core.delete_namespaced_pod("held", "default")
+        eventually(lambda: not procs.is_alive(ref), timeout_s=30, what="the process to exit")
+        assert done.read_text().strip() == "clean"
+        pod = core.read_namespaced_pod("held", "default")
+        assert pod.metadata.deletion_timestamp is not None
+    finally:
+        core.patch_namespaced_pod("held", "default", {"metadata": {"finalizers": None}})
 
 
 def test_a_long_grace_period_holds_up_no_other_pod_and_down_ends_it(tmp_path: Path) -> None:

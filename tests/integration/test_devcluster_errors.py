@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster_processes import processes_mentioning
+from devcluster_checks import processes_mentioning
 from tokenpilot.tooling.devcluster import build, cluster, procs, state
 from tokenpilot.tooling.devcluster.errors import (
     BinariesMissing,

@@ -1,8 +1,10 @@
-"""Process checks shared by the dev-cluster tests (tests/ is on sys.path through its conftest)."""
+"""Checks shared by the dev-cluster tests (tests/ is on sys.path through its conftest)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import httpx
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -15,3 +17,11 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:
             continue  # the process exited while we looked
     return found
+
+
+def answers(url: str) -> bool:
+    """True if `url` answers 200 now (False while nothing listens there)."""
+    try:
+        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
+    except httpx.TransportError:
+        return False
