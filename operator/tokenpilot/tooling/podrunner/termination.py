@@ -57,7 +57,8 @@ class Termination:
     label: str
     proc: subprocess.Popen[bytes]
     ref: procs.ProcessRef
-    grace_s: float
+    grace_s: float  # what the SIGTERM was given: from started_mono to kill_at_mono
+    started_mono: float
     kill_at_mono: float
     killed: bool = False
 
@@ -73,7 +74,7 @@ class Termination:
     ) -> Termination:
         log.info("stopping %s (pid %s): SIGTERM, %.0f s grace period", label, proc.pid, grace_s)
         signal_group(proc, signal.SIGTERM)
-        return cls(label, proc, ref, grace_s, kill_at_mono=now_mono + grace_s)
+        return cls(label, proc, ref, grace_s, now_mono, kill_at_mono=now_mono + grace_s)
 
     def step(self, now_mono: float) -> bool:
         """Advance this termination; True once the process has exited (and been reaped)."""
@@ -94,4 +95,6 @@ class Termination:
 
     def hurry(self, kill_at_mono: float) -> None:
         """Bring the SIGKILL forward (never back), as when the runner itself shuts down."""
-        self.kill_at_mono = min(self.kill_at_mono, kill_at_mono)
+        if kill_at_mono < self.kill_at_mono:
+            self.kill_at_mono = kill_at_mono
+            self.grace_s = max(0.0, kill_at_mono - self.started_mono)

@@ -1,0 +1,72 @@
+"""Stopping a local process as a kubelet stops a container, with real processes: SIGTERM to its
+process group, SIGKILL when the grace period ends, never a wait on the caller's thread."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from tokenpilot.tooling.devcluster import procs
+from tokenpilot.tooling.podrunner.termination import Termination
+
+DRAINS = (
+    "trap 'sleep 0.5; echo clean > done; exit 0' TERM; echo trapped; while :; do sleep 0.1; done"
+)
+STUBBORN = "trap '' TERM; echo trapped; while :; do sleep 0.1; done"
+
+
+def _start(tmp_path: Path, script: str) -> Termination:
+    """Start `script` in its own session and begin its termination with a 600 s grace period."""
+    proc, ref = procs.start("t", ["sh", "-c", script], tmp_path / "t.log", cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while "trapped" not in (tmp_path / "t.log").read_text():
+        assert time.monotonic() < deadline, "the process never set up its SIGTERM handling"
+        time.sleep(0.05)
+    return Termination.begin("t", proc, ref, grace_s=600, now_mono=time.monotonic())
+
+
+def _step_until_done(termination: Termination, timeout_s: float) -> float:
+    """Step as the runner's loop does; the seconds it took, failing after `timeout_s`."""
+    started = time.monotonic()
+    while not termination.step(time.monotonic()):
+        assert time.monotonic() - started < timeout_s, "the process did not exit"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_a_process_handling_sigterm_finishes_its_handler(tmp_path: Path) -> None:
+    termination = _start(tmp_path, DRAINS)
+    assert not termination.step(time.monotonic())  # begin() returned at once: still draining
+    _step_until_done(termination, timeout_s=30)
+    assert (tmp_path / "done").read_text().strip() == "clean"
+    assert termination.proc.returncode == 0
+    assert not termination.killed
+
+
+def test_a_process_ignoring_sigterm_is_killed_when_the_grace_period_ends(tmp_path: Path) -> None:
+    termination = _start(tmp_path, STUBBORN)
+    # Nothing happens before the deadline, however often the loop steps.
+    for _ in range(5):
+        assert not termination.step(time.monotonic())
+        time.sleep(0.05)
+    assert procs.is_alive(termination.ref)
+    termination.hurry(time.monotonic() + 0.5)  # as the runner's shutdown does
+    assert termination.grace_s < 600
+    took_s = _step_until_done(termination, timeout_s=30)
+    assert took_s >= 0.5
+    assert termination.killed
+    assert termination.proc.returncode == -signal.SIGKILL
+    assert not procs.is_alive(termination.ref)
+
+
+def test_hurry_never_postpones_the_kill(tmp_path: Path) -> None:
+    termination = _start(tmp_path, STUBBORN)
+    try:
+        kill_at = termination.kill_at_mono
+        termination.hurry(kill_at + 60)
+        assert termination.kill_at_mono == kill_at
+        assert termination.grace_s == 600
+    finally:
+        termination.hurry(0)
+        _step_until_done(termination, timeout_s=30)
