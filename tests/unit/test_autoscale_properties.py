@@ -187,8 +187,8 @@ def calm_candidates(draw):
         ready_replicas=replicas,
         num_pods_expected=replicas,
         num_pods_scraped=replicas,
-        num_requests_waiting=draw(st.floats(0, 40)),
-        num_requests_running=draw(st.floats(0, 400)),
+        num_requests_waiting=draw(st.one_of(st.just(0.0), st.floats(0, 40))),
+        num_requests_running=draw(st.one_of(st.floats(0, 12), st.floats(0, 400))),
         itl=itl_quantile(itl_p99_s, draw(st.sampled_from([0.0, 500.0]))),
         ttft=LatencyQuantile(ttft_p99_s, 100.0, draw(st.sampled_from([None, 2.5, 5.0]))),
     )
@@ -206,17 +206,21 @@ def calm_candidates(draw):
 @settings(max_examples=500, deadline=None)
 @given(calm_candidates())
 def test_a_scale_down_leaves_a_fleet_within_targets(case):
-    """Whenever decide() removes a replica, the smaller fleet is provably under each SLO now,
-    its queue under half the target, and each P99 scaled by the load the remaining replicas
-    carry within its SLO."""
+    """Whenever decide() removes a replica, the smaller fleet has its queue under half the
+    target, and either still gives every request an engine of its own (nothing waits, no more
+    running than replicas: no step grows, so no latency changes) or is provably under each SLO
+    now with each P99 scaled by the load the remaining replicas carry within its SLO."""
     policy, history, observation = case
     decision = decide(policy, history, observation, 1000.0)
     if decision.desired_replicas >= observation.desired_replicas:
         return
-    event("scaled down")
     after = decision.desired_replicas
     waiting = observation.num_requests_waiting or 0.0
     assert waiting / after <= policy.scale_down_ratio * policy.target_queue_per_replica
+    if waiting == 0 and (observation.num_requests_running or 0.0) <= after:
+        event("scaled down, every request on its own engine")
+        return
+    event("scaled down")
     factor = observation.num_pods_scraped / after
     for quantile, slo_s in (
         (observation.itl, policy.itl_p99_slo_s),

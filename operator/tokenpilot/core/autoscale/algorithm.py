@@ -25,6 +25,14 @@ The algorithm, in the order it is applied:
    pod visible, and scale_down_step_interval_s has passed since the last step down; then
    remove max_scale_down_step replicas.
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
+6. One regime is exempt from load arithmetic: no request waiting and no more running than
+   engines. The least-outstanding balancer then gives every request an engine of its own, so a
+   step carries one sequence whatever the fleet size, and a TTFT is that request's own prefill.
+   A TTFT over its SLO in that state (with ITL within its SLO and no queue in this reading or
+   the previous one) is set by prompt length: more replicas cannot shorten one prefill, so
+   decide() holds (`PrefillBound`) instead of scaling up, and may still step down as in 5. A
+   step down that leaves every request its own engine skips the latency tests of 5: neither
+   P99 depends on the fleet size there.
 """
 
 from __future__ import annotations
@@ -100,7 +108,10 @@ def _decide(
         )
 
     if signals.pressure > 1.0:
-        return _scale_up(policy, history, observation, signals, now_s)
+        bound = _prefill_bound(policy, observation, signals, history.last_queue_per_replica)
+        if bound is None:
+            return _scale_up(policy, history, observation, signals, now_s)
+        return _prefill_hold(_scale_down(policy, history, observation, signals, now_s, bound))
     if (signals.queue_spike_ratio or 0.0) > 1.0:
         return Decision(
             current,
@@ -286,9 +297,16 @@ def _scale_down(
     observation: Observation,
     signals: Signals,
     now_s: float,
+    bound: str | None = None,
 ) -> Decision:
+    """Step down if the smaller fleet stays within targets. With `bound` (the words of a TTFT
+    breach set by prompt length) every outcome but a step down is a `PrefillBound` hold."""
     current = observation.desired_replicas
     figures = _describe(policy, signals)
+    # A prompt-bound TTFT is over its SLO: say so instead of "within targets".
+    state = "within targets" if bound is None else "keeping the replicas"
+    if bound is not None:
+        figures = f"{figures}: {bound}"
     unseen = observation.num_pods_expected - observation.num_pods_scraped
     if unseen > 0:
         why = "; ".join(observation.problems) or "no answer"
@@ -307,7 +325,7 @@ def _scale_down(
             current,
             Mode.steady,
             Reason.within_targets,
-            f"{figures}: within targets at minReplicas {policy.min_replicas}",
+            f"{figures}: {state} at minReplicas {policy.min_replicas}",
             signals,
             within,
         )
@@ -317,7 +335,7 @@ def _scale_down(
             current,
             Mode.steady,
             Reason.within_targets,
-            f"{figures}: within targets, but on {current - step} replicas {short}",
+            f"{figures}: {state}, but on {current - step} replicas {short}",
             signals,
             within,
         )
@@ -351,10 +369,55 @@ def _scale_down(
         current - step,
         Mode.scale_down,
         Reason.sustained_headroom,
-        f"{figures}: {current - step} replicas would stay within targets, for "
-        f"{calm_s:.0f} s; scaling {current} -> {current - step}",
+        f"{figures}: {current - step} replicas would "
+        + ("stay within targets" if bound is None else "still give every request its own engine")
+        + f", for {calm_s:.0f} s; scaling {current} -> {current - step}",
         signals,
         replace(calm, last_scale_down_s=now_s),
+    )
+
+
+def _prefill_hold(decision: Decision) -> Decision:
+    """A TTFT breach replicas cannot fix: keep the step down or partial-view hold as decided,
+    turn every other outcome into a `PrefillBound` hold (the calm window keeps running)."""
+    if decision.mode is Mode.scale_down or decision.reason_code is Reason.partial_scrape:
+        return decision
+    return replace(decision, mode=Mode.hold, reason_code=Reason.prefill_bound)
+
+
+def _solo(observation: Observation, num_engines: int) -> bool:
+    """Whether `num_engines` engines give every request in flight one of its own: nothing
+    waits and no more run than there are engines (the balancer sends an arrival to an idle
+    engine first), so every step carries one sequence whatever the fleet size."""
+    waiting = observation.num_requests_waiting or 0.0
+    running = observation.num_requests_running or 0.0
+    return waiting == 0 and running <= num_engines
+
+
+def _prefill_bound(
+    policy: AutoscalePolicy,
+    observation: Observation,
+    signals: Signals,
+    last_queue_per_replica: float | None,
+) -> str | None:
+    """The words for a TTFT breach set by prompt length, or None if more replicas may help.
+
+    Only the TTFT is over its SLO, no request waited in this reading or the previous one, and
+    every running request has an engine to itself: its TTFT is its own prefill, which no
+    replica count shortens. A TTFT from load shows as a queue or as engines shared.
+    """
+    if signals.ttft_ratio is None or signals.ttft_ratio <= 1.0 or signals.ttft_p99_s is None:
+        return None
+    if (signals.itl_ratio or 0.0) > 1.0 or (last_queue_per_replica or 0.0) > 0.0:
+        return None
+    if observation.num_pods_scraped == 0 or not _solo(observation, observation.num_pods_scraped):
+        return None
+    per_replica = (observation.num_requests_running or 0.0) / observation.num_pods_scraped
+    return (
+        f"P99 TTFT {signals.ttft_p99_s:.2f} s over the {policy.ttft_p99_slo_s:g} s SLO with no "
+        f"queue and {per_replica:.2f} running per replica: each request has an engine to "
+        "itself, so its TTFT is its own prefill, set by prompt length; more replicas cannot "
+        "shorten one prefill"
     )
 
 
@@ -372,6 +435,10 @@ def _short_after_step(
             f"the queue would be {queue_after:.1f}/replica, over "
             f"{policy.scale_down_ratio:g}x its target"
         )
+    if _solo(observation, replicas_after):
+        # Every request would still have an engine of its own: no step gets a larger batch,
+        # so neither P99 depends on the step (a TTFT over its SLO here is prompt length).
+        return None
     # The balancer spreads running + waiting over the replicas left: each carries this much
     # more than today, and a step's time grows at most in proportion to its batch.
     load_factor = max(1.0, observation.num_pods_scraped / max(1, replicas_after))

@@ -38,6 +38,7 @@ class Reason(StrEnum):
     queue_spike = "QueueSpike"
     capacity_starting = "CapacityStarting"
     at_max = "AtMaxReplicas"
+    prefill_bound = "PrefillBound"
     within_targets = "WithinTargets"
     stabilizing = "StabilizingScaleDown"
     sustained_headroom = "SustainedHeadroom"

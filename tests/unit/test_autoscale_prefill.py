@@ -1,0 +1,194 @@
+"""Breaches and projections that the fleet size cannot change: every request on its own engine.
+
+With nothing waiting and no more requests running than engines, the least-outstanding balancer
+gives every request an engine of its own, so each step carries one sequence whatever the fleet
+size. A TTFT over its SLO there is the prompt's own prefill (more replicas cannot shorten it),
+and a step down that keeps every request on its own engine changes no latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from autoscale_fleet import ITL_SLO_S, itl_quantile
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from tokenpilot.core.autoscale import (
+    AutoscalePolicy,
+    History,
+    LatencyQuantile,
+    Mode,
+    Observation,
+    Reason,
+    decide,
+)
+from tokenpilot.core.histogram import bucket_upper_bound
+from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
+
+TTFT_SLO_S = 2.0
+POLICY = AutoscalePolicy(
+    min_replicas=1,
+    max_replicas=64,
+    itl_p99_slo_s=ITL_SLO_S,
+    ttft_p99_slo_s=TTFT_SLO_S,
+    scale_down_stabilization_s=60.0,
+)
+INTERVAL_S = 5.0
+
+
+def ttft_quantile(p99_s: float) -> LatencyQuantile:
+    return LatencyQuantile(p99_s, 200.0, bucket_upper_bound(TTFT_BUCKETS_S, p99_s))
+
+
+def reading(
+    replicas: int,
+    *,
+    running: float,
+    waiting: float = 0.0,
+    ttft_p99_s: float = 0.3,
+    itl_p99_s: float = 0.012,
+    at_s: float = 0.0,
+) -> Observation:
+    return Observation(
+        observed_at_s=at_s,
+        desired_replicas=replicas,
+        ready_replicas=replicas,
+        num_pods_expected=replicas,
+        num_pods_scraped=replicas,
+        num_requests_waiting=waiting,
+        num_requests_running=running,
+        itl=itl_quantile(itl_p99_s),
+        ttft=ttft_quantile(ttft_p99_s),
+        window_s=30.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("observation", "last_queue", "code", "replicas"),
+    [
+        # L4, long Mooncake prompts: 20 requests on 32 engines, none waiting, TTFT 2.4 s.
+        (reading(32, running=20, ttft_p99_s=2.4), 0.0, Reason.prefill_bound, 32),
+        (reading(32, running=32, ttft_p99_s=2.4), None, Reason.prefill_bound, 32),
+        # Engines shared: prefills split the token budget, more replicas spread them.
+        (reading(32, running=40, ttft_p99_s=2.4), 0.0, Reason.ttft_over_slo, 36),
+        # A request waiting now, or in the previous reading: the TTFT includes a wait.
+        (reading(32, running=20, waiting=1, ttft_p99_s=2.4), 0.0, Reason.ttft_over_slo, 36),
+        (reading(32, running=20, ttft_p99_s=2.4), 0.5, Reason.ttft_over_slo, 36),
+        # The ITL is over too: steps are being shared somewhere in the window.
+        (reading(32, running=20, ttft_p99_s=2.4, itl_p99_s=0.06), 0.0, Reason.itl_over_slo, 36),
+    ],
+)
+def test_a_ttft_breach_scales_only_when_replicas_can_shorten_it(
+    observation, last_queue, code, replicas
+):
+    decision = decide(POLICY, History(last_queue_per_replica=last_queue), observation, 0.0)
+    assert decision.reason_code is code
+    assert decision.desired_replicas == replicas
+    if code is Reason.prefill_bound:
+        assert decision.mode is Mode.hold
+        per_replica = observation.num_requests_running / observation.num_pods_scraped
+        assert f"P99 TTFT {observation.ttft.p99_s:.2f} s over the 2 s SLO" in decision.reason
+        assert f"no queue and {per_replica:.2f} running per replica" in decision.reason
+        assert "more replicas cannot shorten one prefill" in decision.reason
+
+
+def hold_calm(observation: Observation, *, seconds: float) -> list[Reason]:
+    """The same readings every interval, applying each decision: the reason codes seen."""
+    history = History()
+    replicas = observation.desired_replicas
+    codes = []
+    at_s = 0.0
+    while at_s <= seconds:
+        current = replace(
+            observation,
+            observed_at_s=at_s,
+            desired_replicas=replicas,
+            ready_replicas=replicas,
+            num_pods_expected=replicas,
+            num_pods_scraped=replicas,
+        )
+        decision = decide(POLICY, history, current, at_s)
+        history, replicas = decision.history, decision.desired_replicas
+        codes.append(decision.reason_code)
+        at_s += INTERVAL_S
+    return codes
+
+
+def replicas_after(observation: Observation, seconds: float) -> int:
+    history = History()
+    replicas = observation.desired_replicas
+    at_s = 0.0
+    while at_s <= seconds:
+        current = replace(
+            observation,
+            observed_at_s=at_s,
+            desired_replicas=replicas,
+            ready_replicas=replicas,
+            num_pods_expected=replicas,
+            num_pods_scraped=replicas,
+        )
+        decision = decide(POLICY, history, current, at_s)
+        history, replicas = decision.history, decision.desired_replicas
+        at_s += INTERVAL_S
+    return replicas
+
+
+@pytest.mark.parametrize(
+    ("observation", "replicas"),
+    [
+        # L40S, Llama-3.1-8B: even a one-sequence decode step (23.8 ms) fills vLLM's 25-50 ms
+        # bucket, so the P99 ITL reads 49.7 ms at any load. Scaled by 3/2 it was "75 ms" and no
+        # replica ever went; with two requests on three engines, each keeps its own engine on
+        # two, then on one fewer the second would share: the proportional test applies again.
+        (reading(3, running=2, itl_p99_s=0.0497), 2),
+        (reading(3, running=0, itl_p99_s=0.0497), 1),
+        (reading(3, running=3, itl_p99_s=0.0497), 3),
+        # The prompt-bound L4 fleet gives back the engines its requests do not use.
+        (reading(32, running=20, ttft_p99_s=2.4), 20),
+        # A request waiting: the usual tests, and 49.7 ms scaled by 32/31 is over 50 ms.
+        (reading(32, running=20, waiting=1, itl_p99_s=0.0497), 32),
+    ],
+)
+def test_a_step_down_that_keeps_every_request_on_its_own_engine_skips_the_projection(
+    observation, replicas
+):
+    # Long enough for the window and every 30 s step down after it.
+    assert replicas_after(observation, 60.0 + 40 * 30.0) == replicas
+
+
+def test_the_prefill_bound_hold_keeps_the_scale_down_window_running():
+    codes = hold_calm(reading(32, running=20, ttft_p99_s=2.4), seconds=60.0)
+    assert set(codes[:12]) == {Reason.prefill_bound}
+    assert codes[-1] is Reason.sustained_headroom
+
+
+prefill_cases = st.builds(
+    lambda replicas, running, waiting, last, ttft, itl: (
+        reading(replicas, running=running, waiting=waiting, ttft_p99_s=ttft, itl_p99_s=itl),
+        last,
+    ),
+    st.integers(1, 64),
+    st.one_of(st.integers(0, 64).map(float), st.floats(0, 200)),
+    st.one_of(st.just(0.0), st.floats(0, 20)),
+    st.one_of(st.none(), st.just(0.0), st.floats(0, 10)),
+    st.floats(0.05, 6.0),
+    st.floats(0.005, 0.1),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(prefill_cases)
+def test_prefill_bound_only_when_no_request_waits_and_none_shares_an_engine(case):
+    observation, last = case
+    decision = decide(POLICY, History(last_queue_per_replica=last), observation, 0.0)
+    if decision.reason_code is not Reason.prefill_bound:
+        return
+    event("prefill bound")
+    assert decision.desired_replicas <= observation.desired_replicas
+    assert observation.num_requests_waiting == 0 and (last or 0.0) == 0.0
+    assert observation.num_requests_running <= observation.num_pods_scraped
+    assert observation.ttft.p99_s > TTFT_SLO_S and observation.itl.p99_s <= ITL_SLO_S
+    assert not math.isnan(observation.ttft.p99_s)
