@@ -17,6 +17,9 @@ DEGRADED = "Degraded"
 INFEASIBLE = "Infeasible"
 # Set by the autoscaler: whether its last evaluation could read the service's metrics.
 METRICS_AVAILABLE = "MetricsAvailable"
+# Who writes which: each writer applies only its own types (see adapters/kube/status.py).
+RECONCILER_TYPES = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
+AUTOSCALER_TYPES = (METRICS_AVAILABLE,)
 # Conditions are listed in this order, then any others by type, so output is stable.
 ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE)
 

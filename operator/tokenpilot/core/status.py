@@ -8,11 +8,12 @@ order; the first that speaks sets the phase:
   rolling      the Deployment has not caught up       -> Progressing
   short        fewer ready replicas than asked        -> Progressing
   ready        everything asked for is ready          -> Ready
-The status written excludes `autoscaling`, which belongs to the autoscaler.
+The reconciler's status excludes `autoscaling` and the MetricsAvailable condition, which
+belong to the autoscaler: each writer applies only what it owns (adapters/kube/status.py).
 
-The autoscaler owns one condition, MetricsAvailable, from its last outcome (`metrics_condition`):
+The autoscaler's condition, MetricsAvailable, comes from its last outcome (`metrics_condition`):
 False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
-while no engine pod is ready, True otherwise. The reconciler carries it over untouched.
+while no engine pod is ready, True otherwise.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def desired_status(
     current = service.status
     generation = service.metadata.generation
     verdict = _verdict(service.metadata.name, deployment, problem)
-    conditions = list(current.conditions)
+    conditions = [c for c in current.conditions if c.type in cond.RECONCILER_TYPES]
 
     def put(type_: str, on: bool, reason: str, message: str) -> None:
         nonlocal conditions
@@ -159,13 +160,20 @@ def desired_status(
         conditions=conditions,
         tuning=tuning_status,
     )
-    out = status.model_dump(by_alias=True, mode="json", exclude={"autoscaling"})
-    return out
+    return _reconciler_part(status)
 
 
 def owned_status(service: LLMService) -> dict[str, Any]:
     """The reconciler-owned part of the current status, shaped like `desired_status`."""
-    return service.status.model_dump(by_alias=True, mode="json", exclude={"autoscaling"})
+    return _reconciler_part(service.status)
+
+
+def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
+    # Absent, not null: in an apply, a field left out is a field given up.
+    own = [c for c in status.conditions if c.type in cond.RECONCILER_TYPES]
+    return status.model_copy(update={"conditions": own}).model_dump(
+        by_alias=True, mode="json", exclude={"autoscaling"}, exclude_none=True
+    )
 
 
 def status_changed(service: LLMService, desired: dict[str, Any]) -> bool:

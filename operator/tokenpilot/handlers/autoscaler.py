@@ -13,8 +13,8 @@ One evaluation of one service
     observes the service through its metrics source               [metrics adapter]
     decide(policy, history, observation, now)                     [core, pure]
     writes spec.replicas through the scale subresource if it changed, with an Event
-    writes status.autoscaling when the outcome (replicas, mode, reason code) changed, and the
-    MetricsAvailable condition when it changed (core.status.metrics_condition)
+    applies status.autoscaling and the MetricsAvailable condition (core.status.metrics_condition)
+    when the outcome (replicas, mode, reason code) or the condition changed
     exports the decision, the bounds, the SLO targets and the replica's hourly cost
 
 Every evaluation has a time limit and its own error handling, so a broken engine or an
@@ -44,7 +44,7 @@ from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
-from tokenpilot.adapters.kube.status import patch_status
+from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
 from tokenpilot.adapters.metrics import (
     DirectSource,
     MetricsSource,
@@ -53,7 +53,8 @@ from tokenpilot.adapters.metrics import (
     ServiceTarget,
 )
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
-from tokenpilot.api.llmservice import LLMService, MetricsSourceType
+from tokenpilot.api.llmservice import Condition, LLMService, MetricsSourceType
+from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, Reason, decide
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
@@ -154,6 +155,9 @@ class ServiceLoop:
     profile_of: Callable[[str], GPUProfile] | None = None
     history: History = field(default_factory=History)
     last_status: tuple[int, str, str] | None = None
+    # What this loop last applied to status: it re-applies all of it with any change, since
+    # a field left out of an apply is removed.
+    applied: dict[str, Any] | None = None
 
     async def evaluate(self, body: Mapping[str, Any]) -> float:
         """One evaluation; returns the seconds to wait before the next."""
@@ -229,9 +233,8 @@ class ServiceLoop:
                 now=_now_iso(),
                 warning=entering_blind,
             )
-        current_conditions = list(service.status.conditions)
         conditions = metrics_condition(
-            current_conditions,
+            service.status.conditions,
             decision,
             problems=problems,
             generation=service.metadata.generation,
@@ -242,7 +245,7 @@ class ServiceLoop:
             decision.mode.value,
             decision.reason,
             code=decision.reason_code.value,
-            conditions=None if conditions == current_conditions else conditions,
+            condition=cond.find(conditions, cond.METRICS_AVAILABLE),
         )
 
     async def _write_status(
@@ -252,27 +255,33 @@ class ServiceLoop:
         reason: str,
         *,
         code: str = "InvalidSpec",
-        conditions: Sequence[Any] | None = None,
+        condition: Condition | None = None,
     ) -> None:
-        """status.autoscaling when the outcome changed, and the conditions when given (they
-        differ from the live ones); a steady service costs no writes."""
+        """Apply status.autoscaling (new when the outcome changed) and the MetricsAvailable
+        condition (the last one when not given); a steady service costs no writes."""
         key = (desired, mode, code)
-        patch: dict[str, Any] = {}
-        if key != self.last_status:
-            patch["autoscaling"] = {
+        previous = self.applied or {}
+        autoscaling = previous.get("autoscaling")
+        if key != self.last_status or autoscaling is None:
+            autoscaling = {
                 "desiredReplicas": desired,
                 "mode": mode,
                 "reason": reason,
                 "lastDecisionTime": _now_iso(),
             }
-        if conditions is not None:
-            patch["conditions"] = [
-                c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+        owned: dict[str, Any] = {"autoscaling": autoscaling}
+        if condition is not None:
+            owned["conditions"] = [
+                condition.model_dump(by_alias=True, mode="json", exclude_none=True)
             ]
-        if not patch:
+        elif "conditions" in previous:
+            owned["conditions"] = previous["conditions"]
+        if owned == self.applied:
             return
-        await asyncio.to_thread(patch_status, self.client, self.namespace, self.name, patch)
-        self.last_status = key
+        await asyncio.to_thread(
+            apply_status, self.client, self.namespace, self.name, owned, field_manager=AUTOSCALER
+        )
+        self.applied, self.last_status = owned, key
 
     def _export(
         self,

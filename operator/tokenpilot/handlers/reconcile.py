@@ -27,7 +27,7 @@ from tokenpilot.adapters.kube import apply as kube_apply
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
-from tokenpilot.adapters.kube.status import patch_status
+from tokenpilot.adapters.kube.status import RECONCILER, apply_status
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.errors import Infeasible, TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
@@ -195,9 +195,8 @@ def _reconcile(
     before = owned_status(service)
     status_written = status != before
     if status_written:
-        # Keys we used to own but no longer set (tuning after an Infeasible) are deleted.
-        patch = {**{k: None for k in before if k not in status}, **status}
-        patch_status(rt.client, meta.namespace, meta.name, patch)
+        # A key left out (tuning after an Infeasible) is removed: the apply owns all of it.
+        apply_status(rt.client, meta.namespace, meta.name, status, field_manager=RECONCILER)
     _events(rt, service, trigger, applied, before, status)
     return Outcome(tuple(applied), status_written, problem)
 
