@@ -25,14 +25,14 @@ The algorithm, in the order it is applied:
    pod visible, and scale_down_step_interval_s has passed since the last step down; then
    remove max_scale_down_step replicas.
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
-6. One regime is exempt from load arithmetic: no request waiting and no more running than
-   engines. The least-outstanding balancer then gives every request an engine of its own, so a
-   step carries one sequence whatever the fleet size, and a TTFT is that request's own prefill.
-   A TTFT over its SLO in that state (with ITL within its SLO and no queue in this reading or
-   the previous one) is set by prompt length: more replicas cannot shorten one prefill, so
-   decide() holds (`PrefillBound`) instead of scaling up, and may still step down as in 5. A
-   step down that leaves every request its own engine skips the latency tests of 5: neither
-   P99 depends on the fleet size there.
+6. One regime is exempt from load arithmetic: no more requests in flight (running + waiting)
+   than engines. The least-outstanding balancer then gives every request an engine of its own
+   (a request seen waiting there has just arrived), so a step carries one sequence whatever the
+   fleet size, and a TTFT is that request's own prefill. A TTFT over its SLO in that state,
+   with the ITL within its SLO, is set by prompt length: more replicas cannot shorten one
+   prefill, so decide() holds (`PrefillBound`) instead of scaling up, and may still step down as
+   in 5. A step down that leaves every request its own engine skips the latency tests of 5:
+   neither P99 depends on the fleet size there.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _decide(
         )
 
     if signals.pressure > 1.0:
-        bound = _prefill_bound(policy, observation, signals, history.last_queue_per_replica)
+        bound = _prefill_bound(policy, observation, signals)
         if bound is None:
             return _scale_up(policy, history, observation, signals, now_s)
         return _prefill_hold(_scale_down(policy, history, observation, signals, now_s, bound))
@@ -386,38 +386,38 @@ def _prefill_hold(decision: Decision) -> Decision:
 
 
 def _solo(observation: Observation, num_engines: int) -> bool:
-    """Whether `num_engines` engines give every request in flight one of its own: nothing
-    waits and no more run than there are engines (the balancer sends an arrival to an idle
-    engine first), so every step carries one sequence whatever the fleet size."""
+    """Whether `num_engines` engines give every request in flight one of its own: the
+    least-outstanding balancer sends an arrival to an idle engine first, so with no more
+    requests in flight than engines every step carries one sequence whatever the fleet size
+    (a request waiting then has just arrived at an idle engine)."""
     waiting = observation.num_requests_waiting or 0.0
     running = observation.num_requests_running or 0.0
-    return waiting == 0 and running <= num_engines
+    return running + waiting <= num_engines
 
 
 def _prefill_bound(
-    policy: AutoscalePolicy,
-    observation: Observation,
-    signals: Signals,
-    last_queue_per_replica: float | None,
+    policy: AutoscalePolicy, observation: Observation, signals: Signals
 ) -> str | None:
     """The words for a TTFT breach set by prompt length, or None if more replicas may help.
 
-    Only the TTFT is over its SLO, no request waited in this reading or the previous one, and
-    every running request has an engine to itself: its TTFT is its own prefill, which no
-    replica count shortens. A TTFT from load shows as a queue or as engines shared.
+    Only the TTFT is over its SLO and every request in flight has an engine to itself: its
+    TTFT is its own prefill, which no replica count shortens. A TTFT from load shows as
+    engines shared (prefills splitting one token budget, requests queued behind others).
     """
     if signals.ttft_ratio is None or signals.ttft_ratio <= 1.0 or signals.ttft_p99_s is None:
         return None
-    if (signals.itl_ratio or 0.0) > 1.0 or (last_queue_per_replica or 0.0) > 0.0:
+    if (signals.itl_ratio or 0.0) > 1.0:
         return None
     if observation.num_pods_scraped == 0 or not _solo(observation, observation.num_pods_scraped):
         return None
-    per_replica = (observation.num_requests_running or 0.0) / observation.num_pods_scraped
+    in_flight = (observation.num_requests_running or 0.0) + (
+        observation.num_requests_waiting or 0.0
+    )
     return (
-        f"P99 TTFT {signals.ttft_p99_s:.2f} s over the {policy.ttft_p99_slo_s:g} s SLO with no "
-        f"queue and {per_replica:.2f} running per replica: each request has an engine to "
-        "itself, so its TTFT is its own prefill, set by prompt length; more replicas cannot "
-        "shorten one prefill"
+        f"P99 TTFT {signals.ttft_p99_s:.2f} s over the {policy.ttft_p99_slo_s:g} s SLO with "
+        f"{in_flight / observation.num_pods_scraped:.2f} requests in flight per replica: each "
+        "has an engine to itself, so its TTFT is its own prefill, set by prompt length; more "
+        "replicas cannot shorten one prefill"
     )
 
 

@@ -37,17 +37,18 @@ and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
   read dominates (in the fleet simulation, two H100s down to one took the P99 ITL from 16 to
   21 ms where the projection said 49 ms). A tighter ratio kept replicas whose removal cost
   nothing; see docs/autoscaling.md. Tests (1) and (3) are skipped when the smaller fleet still
-  gives every request an engine of its own (nothing waiting, no more running than replicas
-  left): no step then carries more than one sequence, so no latency depends on the fleet
-  size. Without that exemption a GPU whose bare decode step fills a whole ITL bucket never
+  gives every request an engine of its own (no more requests in flight, running + waiting,
+  than replicas left): no step then carries more than one sequence, so no latency depends on
+  the fleet size. Without that exemption a GPU whose bare decode step fills a whole ITL bucket never
   released a replica: on an L40S an 8B model's one-sequence step takes 23.8 ms, nearly every
   gap lands in vLLM's 25-50 ms bucket, its P99 reads 49.7 ms at any load, and 49.7 x 3/2 kept
   three replicas with nothing running.
-- A TTFT breach with no request waiting (in this reading and the previous one), the ITL within
-  its SLO and no more running requests than engines is the prompts' own prefill: each request
-  has an engine to itself, and more replicas cannot shorten one prefill. decide() holds
-  (`PrefillBound`) instead of scaling up, and steps down as above. A TTFT from load shows as a
-  queue or as engines shared (prefills splitting one token budget), and still scales up.
+- A TTFT breach with the ITL within its SLO and no more requests in flight than engines is
+  the prompts' own prefill: each request has an engine to itself (a request seen waiting has
+  just arrived at an idle one), and more replicas cannot shorten one prefill. decide() holds
+  (`PrefillBound`) instead of scaling up, and steps down as above. A TTFT from load shows as
+  engines shared (prefills splitting one token budget, requests queued behind others), and
+  still scales up.
 - `max_scale_down_step = 1` and `scale_down_step_interval_s = 30`: after the window, remove one
   replica at a time and let the new load settle for a metrics window before the next.
 - `max_observation_age_s = 15`: three default intervals; an older observation is stale and the
