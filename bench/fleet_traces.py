@@ -44,9 +44,10 @@ def run_one(trace: Path, rate: str, extra: list[str]) -> tuple[dict, float, int]
     return json.loads(done.stdout), wall_s, maxrss
 
 
-def markdown(data: dict, rate: str, wall_s: float, maxrss_kib: int) -> str:
+def markdown(trace: Path, data: dict, rate: str, wall_s: float, maxrss_kib: int) -> str:
+    # The file's name: simulate's own trace name already carries the rate (`... x4`).
     lines = [
-        f"### {data['trace']} at x{rate} ({data['requests']} requests)",
+        f"### {trace.name} at x{rate} ({data['requests']} requests)",
         "",
         f"Wall time {wall_s:.1f} s for all policies, peak memory {maxrss_kib / 1024:.0f} MiB.",
         "",
@@ -82,7 +83,7 @@ def main() -> int:
     for trace in args.traces:
         for rate in args.rates.split(","):
             data, wall_s, maxrss = run_one(trace, rate.strip(), extra)
-            print(markdown(data, rate.strip(), wall_s, maxrss))
+            print(markdown(trace, data, rate.strip(), wall_s, maxrss))
             if rate.strip() == "1":
                 ok = wall_s < WALL_LIMIT_S and maxrss < MEMORY_LIMIT_KIB
                 failed |= not ok
