@@ -38,3 +38,15 @@ def test_core_reads_no_clock_and_does_no_io() -> None:
                 if FORBIDDEN_IN_CORE.search(code):
                     offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not offenders, "I/O or clock in the pure core:\n" + "\n".join(offenders)
+
+
+def test_test_modules_have_unique_names() -> None:
+    # The tiers are not packages, so pytest imports test modules by file name: two files with
+    # one name in different tiers break the collection of the whole suite, not just one tier.
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted([*(REPO / "tests").rglob("test_*.py"), *(REPO / "e2e").rglob("test_*.py")]):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(REPO)} and {path.relative_to(REPO)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "rename one of each pair: " + "; ".join(clashes)

@@ -24,6 +24,9 @@ SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
 SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
 HTTP_PORT = 8000
 CACHE_MOUNT = "/root/.cache/huggingface"
+# Seconds a terminating engine keeps serving before SIGTERM: endpoint removal takes a few
+# seconds to reach every kube-proxy and gateway, and requests routed meanwhile must not fail.
+PRESTOP_SLEEP_S = 5
 PVC_MOUNT_ROOT = "/models"
 
 # Every flag the renderer may put on the `vllm serve` command line, mapped to the spec field
@@ -294,6 +297,9 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _resources(service),
         "volumeMounts": mounts,
+        # Keep accepting while the pod's removal reaches Services, gateways and balancers:
+        # the engine gets SIGTERM (and stops accepting) only after this pause.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         **_probes(facts),
     }
     affinity = {

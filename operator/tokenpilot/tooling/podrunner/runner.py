@@ -4,7 +4,7 @@ write what it sees into pod status.
 Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
 the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
 with the kubelet's back-off, starts terminating those whose pod is being deleted or is gone
-(SIGTERM, SIGKILL after the pod's grace period; see termination.py), runs readiness probes on
+(preStop sleep, SIGTERM, SIGKILL after the grace period; see termination.py), runs readiness probes on
 their period and patches pod status when it changed. Each child runs in its own session and is
 recorded (PID plus start time) in the children file, so `dev-cluster down` can stop it even
 if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's ServiceAccount
@@ -30,7 +30,11 @@ from tokenpilot.tooling.devcluster import procs
 from tokenpilot.tooling.podrunner import credentials, probes
 from tokenpilot.tooling.podrunner.imagemap import ImageMap, expand_vars, render_command
 from tokenpilot.tooling.podrunner.status import Observation, status_patch
-from tokenpilot.tooling.podrunner.termination import Termination, grace_period_s
+from tokenpilot.tooling.podrunner.termination import (
+    Termination,
+    grace_period_s,
+    prestop_sleep_s,
+)
 
 log = logging.getLogger("tokenpilot.pod-runner")
 
@@ -63,6 +67,8 @@ class Workload:
     log_path: Path
     # Used when the pod is gone before we saw its deletion (and so its deletion grace period).
     spec_grace_s: float
+    # The container's preStop sleep: the process keeps serving this long after deletion.
+    prestop_sleep_s: float = 0.0
     # The pod, when its process gets ServiceAccount credentials (None: automount is off).
     credentials_for: dict[str, Any] | None = None
     proc: subprocess.Popen[bytes] | None = None
@@ -262,6 +268,7 @@ class PodRunner:
             probe=probes.readiness_spec(container),
             log_path=self.work_dir / f"{name}.log",
             spec_grace_s=grace_period_s({"spec": pod["spec"]}),
+            prestop_sleep_s=prestop_sleep_s(container),
             credentials_for=pod if credentials.wants_token(pod) else None,
         )
 
@@ -345,6 +352,7 @@ class PodRunner:
                     w.ref,
                     grace_s=grace_s,
                     now_mono=now_mono,
+                    prestop_sleep_s=w.prestop_sleep_s,
                 )
             )
         w.proc = None

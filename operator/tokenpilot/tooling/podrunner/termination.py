@@ -1,5 +1,5 @@
-"""Stopping a pod's process the way a kubelet does: SIGTERM, then SIGKILL once the pod's grace
-period has run out.
+"""Stopping a pod's process the way a kubelet does: the container's preStop sleep, SIGTERM, then
+SIGKILL once the pod's grace period (which the sleep counts against) has run out.
 
 A kubelet starts terminating a container when its pod gets a deletionTimestamp and allows it the
 grace period of that deletion (metadata.deletionGracePeriodSeconds, which the API server copies
@@ -37,6 +37,14 @@ def grace_period_s(pod: dict[str, Any]) -> float:
     return max(0.0, float(seconds))
 
 
+def prestop_sleep_s(container: dict[str, Any]) -> float:
+    """The container's `lifecycle.preStop.sleep.seconds`, or 0 (exec and httpGet hooks are not
+    run by the pod runner)."""
+    prestop = ((container.get("lifecycle") or {}).get("preStop")) or {}
+    seconds = (prestop.get("sleep") or {}).get("seconds")
+    return max(0.0, float(seconds)) if seconds is not None else 0.0
+
+
 def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     """Signal the process group `proc` leads, unless `proc` has been reaped.
 
@@ -52,14 +60,17 @@ def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 @dataclass
 class Termination:
-    """One process on its way out: SIGTERM has been sent; SIGKILL follows at `kill_at_mono`."""
+    """One process on its way out: SIGTERM at `term_at_mono` (after the preStop sleep), SIGKILL
+    at `kill_at_mono`."""
 
     label: str
     proc: subprocess.Popen[bytes]
     ref: procs.ProcessRef
-    grace_s: float  # what the SIGTERM was given: from started_mono to kill_at_mono
+    grace_s: float  # the whole grace period: from started_mono to kill_at_mono
     started_mono: float
     kill_at_mono: float
+    term_at_mono: float = 0.0
+    termed: bool = False
     killed: bool = False
 
     @classmethod
@@ -71,17 +82,38 @@ class Termination:
         *,
         grace_s: float,
         now_mono: float,
+        prestop_sleep_s: float = 0.0,
     ) -> Termination:
-        log.info("stopping %s (pid %s): SIGTERM, %.0f s grace period", label, proc.pid, grace_s)
-        signal_group(proc, signal.SIGTERM)
-        return cls(label, proc, ref, grace_s, now_mono, kill_at_mono=now_mono + grace_s)
+        # A kubelet runs the hook inside the grace period: a sleep longer than it is cut short.
+        sleep_s = min(prestop_sleep_s, grace_s)
+        log.info(
+            "stopping %s (pid %s): %.0f s preStop sleep, then SIGTERM; %.0f s grace period",
+            label,
+            proc.pid,
+            sleep_s,
+            grace_s,
+        )
+        termination = cls(
+            label,
+            proc,
+            ref,
+            grace_s,
+            now_mono,
+            kill_at_mono=now_mono + grace_s,
+            term_at_mono=now_mono + sleep_s,
+        )
+        termination.step(now_mono)
+        return termination
 
     def step(self, now_mono: float) -> bool:
         """Advance this termination; True once the process has exited (and been reaped)."""
         code = self.proc.poll()
         if code is not None:
-            log.info("%s exited with %s after SIGTERM", self.label, code)
+            log.info("%s exited with %s", self.label, code)
             return True
+        if not self.termed and now_mono >= self.term_at_mono:
+            signal_group(self.proc, signal.SIGTERM)
+            self.termed = True
         if not self.killed and now_mono >= self.kill_at_mono:
             log.info(
                 "%s (pid %s) still running after its %.0f s grace period: SIGKILL",
@@ -98,3 +130,5 @@ class Termination:
         if kill_at_mono < self.kill_at_mono:
             self.kill_at_mono = kill_at_mono
             self.grace_s = max(0.0, kill_at_mono - self.started_mono)
+        # Shutting down: the preStop sleep is skipped, SIGTERM goes at the next step.
+        self.term_at_mono = min(self.term_at_mono, self.started_mono)
