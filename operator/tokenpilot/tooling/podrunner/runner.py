@@ -4,11 +4,11 @@ write what it sees into pod status.
 Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
 the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
 with the kubelet's back-off, starts terminating those whose pod is being deleted or is gone
-(preStop sleep, SIGTERM, SIGKILL after the grace period; see termination.py), runs readiness probes on
-their period and patches pod status when it changed. Each child runs in its own session and is
-recorded (PID plus start time) in the children file, so `dev-cluster down` can stop it even
-if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's ServiceAccount
-(see credentials.py) in KUBECONFIG, never the runner's own.
+(preStop sleep, SIGTERM, SIGKILL after the grace period; see termination.py), runs readiness
+probes on their period and patches pod status when it changed. Each child runs in its own
+session and is recorded (PID plus start time) in the children file, so `dev-cluster down` can
+stop it even if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's
+ServiceAccount (see credentials.py) in KUBECONFIG, never the runner's own.
 """
 
 from __future__ import annotations
