@@ -8,8 +8,10 @@ real exposition format with vLLM's names, labels and bucket edges. Every scrape 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -107,10 +109,13 @@ class EngineFarm:
         return web.Response(body=engine.page(), content_type="text/plain")
 
 
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    import socket
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for as long as the block runs.
 
+    The socket stays bound without listening: a released port could be taken by another
+    server meanwhile and answer, where the test needs a refusal.
+    """
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])

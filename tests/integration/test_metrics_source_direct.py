@@ -13,6 +13,7 @@ from tokenpilot.adapters.metrics import (
     engine_sample,
     parse_metrics,
 )
+from tokenpilot.adapters.metrics.direct import DEFAULT_TIMEOUT_S
 from tokenpilot.adapters.metrics.parse import ENGINE_FAMILIES, ENGINE_FAMILIES_WITH_TTFT
 from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
@@ -49,17 +50,19 @@ async def test_sums_gauges_and_reads_p99_from_histogram_deltas():
 
 async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
     engines = [FakeEngine(), FakeEngine(), FakeEngine(mode="garbage")]
-    async with EngineFarm(engines) as farm:
-        urls = [farm.url(0), farm.url(1), farm.url(2), f"http://127.0.0.1:{closed_port()}/metrics"]
-        source = DirectSource()
-        history = History(calm_since_s=-1000.0)
-        try:
-            for now_s in (0.0, 5.0, 10.0):
-                observation = await source.observe(target(urls), now_s)
-                decision = decide(POLICY, history, observation, now_s)
-                history = decision.history
-        finally:
-            await source.aclose()
+    history = History(calm_since_s=-1000.0)
+    # The down engine's port stays bound without listening, so it refuses for the whole test.
+    with closed_port() as down:
+        async with EngineFarm(engines) as farm:
+            urls = [farm.url(0), farm.url(1), farm.url(2), f"http://127.0.0.1:{down}/metrics"]
+            source = DirectSource()
+            try:
+                for now_s in (0.0, 5.0, 10.0):
+                    observation = await source.observe(target(urls), now_s)
+                    decision = decide(POLICY, history, observation, now_s)
+                    history = decision.history
+            finally:
+                await source.aclose()
     assert observation.num_pods_scraped == 2 and observation.num_pods_expected == 4
     assert any("answered garbage" in p and "llm-2" in p for p in observation.problems)
     assert any("cannot reach" in p and "llm-3" in p for p in observation.problems)
@@ -68,12 +71,19 @@ async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
 
 
 @pytest.mark.parametrize(
-    ("mode", "words"),
-    [("error", "answered HTTP 500"), ("hang", "no answer"), ("garbage", "answered garbage")],
+    ("mode", "words", "timeout_s"),
+    [
+        # An answer that comes at once gets the default scrape timeout: on a busy machine a
+        # short one could expire first and turn the 500 or the garbage into "no answer".
+        ("error", "answered HTTP 500", DEFAULT_TIMEOUT_S),
+        # The hung engine sleeps 30 s: any shorter timeout is what the test is about.
+        ("hang", "no answer", 0.3),
+        ("garbage", "answered garbage", DEFAULT_TIMEOUT_S),
+    ],
 )
-async def test_every_pod_broken_holds_as_missing(mode, words):
+async def test_every_pod_broken_holds_as_missing(mode, words, timeout_s):
     async with EngineFarm([FakeEngine(mode=mode), FakeEngine(mode=mode)]) as farm:
-        source = DirectSource(timeout_s=0.3)
+        source = DirectSource(timeout_s=timeout_s)
         try:
             observation = await source.observe(target([farm.url(0), farm.url(1)]), 0.0)
         finally:
