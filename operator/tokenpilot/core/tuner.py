@@ -171,20 +171,49 @@ def recommend(
     else:
         binding.append(f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}")
 
-    def slowest_s(budget: int) -> float:
-        decodes = min(planned, budget)
+    def slowest_for(num_decodes: int, budget: int) -> float:
+        decodes = min(num_decodes, budget)
         prefill = budget - decodes
         return model.iteration_s(decodes, prefill, decodes * context + prefill)
 
-    # 2. upper bound
+    def slowest_s(budget: int) -> float:
+        return slowest_for(planned, budget)
+
     floor_budget = _round_up(num_seqs)
     max_budget = max(floor_budget, hints.max_model_len * num_seqs // BLOCK_SIZE * BLOCK_SIZE)
-    itl_blocks = _largest(
-        floor_budget // BLOCK_SIZE,
-        max_budget // BLOCK_SIZE,
-        lambda k: slowest_s(k * BLOCK_SIZE) <= limit_s,
-    )
-    itl_bound = floor_budget if itl_blocks is None else itl_blocks * BLOCK_SIZE
+
+    def largest_budget(num_decodes: int, step_limit_s: float, high: int) -> int | None:
+        blocks = _largest(
+            floor_budget // BLOCK_SIZE,
+            high // BLOCK_SIZE,
+            lambda k: slowest_for(num_decodes, k * BLOCK_SIZE) <= step_limit_s,
+        )
+        return None if blocks is None else blocks * BLOCK_SIZE
+
+    # A looser ITL plans more decodes, and each takes a share of the step from prefill: just
+    # past the ITL at which one more decode fits, the ITL bound dips below the one here. A
+    # tighter ITL must never get a larger budget, so each bound below is also the lowest that
+    # any looser ITL (planning up to `fit` decodes) would give.
+    looser = [
+        (more, model.decode_step_s(more, context) / DECODE_STEP_SHARE)
+        for more in range(planned + 1, fit + 1)
+    ]
+
+    # 2. upper bound
+    itl_bound = largest_budget(planned, limit_s, max_budget)
+    itl_blocks = None if itl_bound is None else itl_bound // BLOCK_SIZE
+    itl_bound = floor_budget if itl_bound is None else itl_bound
+    envelope_reason = ""
+    if itl_blocks is not None:
+        for more, looser_limit_s in looser:
+            bound = largest_budget(more, looser_limit_s, itl_bound)
+            if bound is not None and bound < itl_bound:
+                itl_bound = bound
+                looser_itl = format_duration_s(looser_limit_s / ITL_HEADROOM)
+                envelope_reason = (
+                    f" (no more than a looser ITL of {looser_itl} allows with {more} decodes: "
+                    "a tighter ITL never gets a larger budget)"
+                )
     threshold = max(floor_budget, model.threshold_tokens // BLOCK_SIZE * BLOCK_SIZE)
     basis = "measured" if model.measured else "estimated from the datasheet"
     if threshold <= itl_bound:
@@ -202,7 +231,7 @@ def recommend(
         upper_source = f"ITL {itl} needs B <= {upper:,}"
         upper_reason = (
             f"at most {upper:,}: ITL {itl} keeps the slowest step (all {planned} decodes plus "
-            f"prefill) under {format_duration_s(limit_s)}"
+            f"prefill) under {format_duration_s(limit_s)}{envelope_reason}"
         )
         if itl_blocks is None and not problems:
             problems.append(
@@ -229,13 +258,13 @@ def recommend(
             )
 
     # 4. pick
-    hidden_limit_s = slowest_s(floor_budget) * (1 + HIDDEN_PREFILL_TOLERANCE)
-    hidden_blocks = _largest(
-        floor_budget // BLOCK_SIZE,
-        upper // BLOCK_SIZE,
-        lambda k: slowest_s(k * BLOCK_SIZE) <= hidden_limit_s,
-    )
-    hidden_top = floor_budget if hidden_blocks is None else hidden_blocks * BLOCK_SIZE
+    def hidden_for(num_decodes: int, high: int) -> int:
+        hidden_limit_s = slowest_for(num_decodes, floor_budget) * (1 + HIDDEN_PREFILL_TOLERANCE)
+        return largest_budget(num_decodes, hidden_limit_s, high) or floor_budget
+
+    hidden_top = hidden_for(planned, upper)
+    for more, _ in looser:  # the same envelope as the upper bound's
+        hidden_top = min(hidden_top, hidden_for(more, hidden_top))
     if hints.objective is BatchingProfile.throughput:
         budget = upper
         binding.append(f"token_budget {budget:,} (throughput: the knee) {upper_reason}")
