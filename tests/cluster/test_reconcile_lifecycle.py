@@ -23,8 +23,10 @@ from _operator_harness import (
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apiserver_metrics import write_delta
+from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
+from tokenpilot.api.llmservice import GROUP
 from tokenpilot.tooling.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -52,6 +54,21 @@ def ready(client: KubeClient, namespace: str, name: str, replicas: int) -> dict[
     if status.get("phase") == "Ready" and status.get("readyReplicas") == replicas:
         return status
     return None
+
+
+def reaction_complete(client: KubeClient, namespace: str, name: str, reason: str) -> bool:
+    """The operator has posted its Event `reason` about `name`, and kopf has recorded the spec
+    it handled (the last write of a create, after the handler's status and Event)."""
+    annotations = get_llms(client, namespace, name)["metadata"].get("annotations") or {}
+    events = client.request(
+        "GET",
+        RESOURCES[("v1", "Event")].path(namespace),
+        query={"fieldSelector": f"involvedObject.name={name}"},
+    ).get("items", [])
+    posted = any(
+        e.get("reason") == reason and e.get("reportingComponent") == COMPONENT for e in events
+    )
+    return posted and f"{GROUP}/last-handled-configuration" in annotations
 
 
 def pods(client: KubeClient, namespace: str) -> list[dict[str, Any]]:
@@ -212,6 +229,14 @@ def test_operator_judgements_end_infeasible(
     condition = next(c for c in status["conditions"] if c["type"] == "Infeasible")
     assert condition["status"] == "True" and needle in condition["message"]
     assert get_deployment(client, namespace, "llama-8b-l40s") is None
+    # The status comes first; the Event and kopf's record of the handled spec follow it within
+    # milliseconds. Counting starts once they are in, or a poll landing between would count
+    # them as a loop.
+    eventually(
+        lambda: reaction_complete(client, namespace, "llama-8b-l40s", "PhaseInfeasible"),
+        timeout_s=30,
+        what="the PhaseInfeasible Event and kopf's record of the handled spec",
+    )
     # No crash loop: nothing more is written while the spec stays as it is.
     versions = resource_versions(client, namespace)
     time.sleep(5)
