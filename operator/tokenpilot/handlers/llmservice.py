@@ -92,7 +92,7 @@ def deployment_changed(
         # Deleted by hand (not by the garbage collector, which takes the owner first): rebuild.
         reconcile(_runtime(memo), stub, "deployment-deleted")
     else:
-        reconcile(_runtime(memo), stub, "deployment", deployment=body)
+        reconcile(_runtime(memo), stub, "deployment")
 
 
 def resync_once(rt: Runtime) -> int:

@@ -86,9 +86,12 @@ def _plan(rt: Runtime, service: LLMService) -> Plan:
 
 
 # What each trigger already knows, so a reconcile reads only what it must:
-#   create      nothing exists yet: apply everything without reading first (apply is idempotent,
-#               so a create replayed after a restart is harmless)
-#   deployment  the event carries the Deployment; the Service and PDB wait for the resync
+#   create      nothing exists yet: apply every object without reading it first (apply is
+#               idempotent, so a create replayed after a restart is harmless)
+#   deployment  the Deployment changed: it is read again under the lock (an event can arrive
+#               after a resync already saw a newer state, and deciding from the event's copy
+#               took the status back in time, then forward again: two writes for nothing);
+#               the Service and PDB wait for the resync
 #   update, resume, resync
 #               read each object and apply only what differs
 READ_NOTHING = frozenset({"create"})
@@ -98,19 +101,21 @@ def reconcile(
     rt: Runtime,
     body: Mapping[str, Any],
     trigger: str,
-    deployment: Mapping[str, Any] | None = None,
 ) -> Outcome:
-    """Reconcile one service. `deployment` is the live Deployment when the trigger has it."""
+    """Reconcile one service after `trigger` (see READ_NOTHING above for what each reads)."""
     meta = body.get("metadata", {})
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     with rt.lock(namespace, name):
-        if trigger != "create":
-            # Read it again under the lock: another trigger may have just written its status,
-            # and deciding from an older copy would repeat that write and its events.
-            fresh = rt.client.get(LLMSERVICES.path(namespace, name))
-            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-                return Outcome((), False, None)  # gone or going: owner references do the rest
-            body = fresh
+        # Read it again under the lock, even on create (the resync loop may have listed the
+        # new service first): another trigger may have just written its status, and deciding
+        # from an older copy would repeat that write and its events.
+        fresh = rt.client.get(LLMSERVICES.path(namespace, name))
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return Outcome((), False, None)  # gone or going: owner references do the rest
+        body = fresh
+        deployment = None
+        if trigger == "deployment":
+            deployment = rt.client.get(DEPLOYMENTS.path(namespace, name))
         return _reconcile(rt, body, trigger, deployment)
 
 

@@ -46,6 +46,8 @@ MAX_BACKOFF_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 SHUTDOWN_KILL_WAIT_S = 2.0
 CREDENTIALS_RETRY_S = 2.0
+# How long a terminating process may keep a pod IP that kwok has given to a new pod.
+IP_REUSE_GRACE_S = 2.0
 
 
 def _now_rfc3339() -> str:
@@ -309,6 +311,14 @@ class PodRunner:
 
     def _tick_workload(self, w: Workload, now_mono: float) -> None:
         if w.proc is None:
+            holder = next((t for t in self.terminations if t.pod_ip == w.pod_ip), None)
+            if holder is not None:
+                # kwok gives a deleted pod's IP to a new pod at once, while the old process may
+                # still sleep in its preStop or drain on that address (a kubelet frees the IP
+                # only with the old sandbox). The new process could not bind, and its probe
+                # would reach the old one: cut the old one short and start once it is gone.
+                holder.hurry(now_mono + IP_REUSE_GRACE_S)
+                return
             if now_mono >= w.restart_after_mono:
                 self._start(w, now_mono)
             return
@@ -353,6 +363,7 @@ class PodRunner:
                     grace_s=grace_s,
                     now_mono=now_mono,
                     prestop_sleep_s=w.prestop_sleep_s,
+                    pod_ip=w.pod_ip,
                 )
             )
         w.proc = None

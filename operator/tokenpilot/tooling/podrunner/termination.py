@@ -70,6 +70,7 @@ class Termination:
     started_mono: float
     kill_at_mono: float
     term_at_mono: float = 0.0
+    pod_ip: str = ""  # the address the process serves on, until it exits
     termed: bool = False
     killed: bool = False
 
@@ -83,6 +84,7 @@ class Termination:
         grace_s: float,
         now_mono: float,
         prestop_sleep_s: float = 0.0,
+        pod_ip: str = "",
     ) -> Termination:
         # A kubelet runs the hook inside the grace period: a sleep longer than it is cut short.
         sleep_s = min(prestop_sleep_s, grace_s)
@@ -101,6 +103,7 @@ class Termination:
             now_mono,
             kill_at_mono=now_mono + grace_s,
             term_at_mono=now_mono + sleep_s,
+            pod_ip=pod_ip,
         )
         termination.step(now_mono)
         return termination
@@ -126,7 +129,8 @@ class Termination:
         return False
 
     def hurry(self, kill_at_mono: float) -> None:
-        """Bring the SIGKILL forward (never back), as when the runner itself shuts down."""
+        """Bring the SIGKILL forward (never back), as when the runner itself shuts down or
+        the pod's address is wanted by a new pod."""
         if kill_at_mono < self.kill_at_mono:
             self.kill_at_mono = kill_at_mono
             self.grace_s = max(0.0, kill_at_mono - self.started_mono)
