@@ -3,12 +3,13 @@ end on an endpoint that does not stamp engine time, reading iteration times from
 times. The tiny model on a CPU says nothing about GPU interference; the figures only have to
 be measurements (positive, finite, a baseline near the engine's own inter-token latency).
 
-The probe gets a server of its own with the tiny model's whole context (4,096 positions), not
+The probe gets a server of its own with the tiny model's whole context (16,384 positions), not
 the session's 1,024 (kept for the /metrics fixture, whose buckets follow it). Every decode
 stream must outlive the probe, and the probe's windows are wall-clock time while the streams
 run at the engine's pace: at 960 tokens a stream ended in 1.3 s, and on a busy machine the
 client fell that far behind in 4 of 7 runs ("a decode stream ended before the burst was
-sent"). At 4,032 tokens a stream lasts about 5 s on an idle machine.
+sent"); at 4,032 tokens (about 5 s) it still happened twice with two CPU burners running
+beside the suite. At 16,320 tokens a stream lasts about 20 s on an idle machine.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def test_the_probe_runs_against_real_vllm(long_context_server: VllmServer)
         num_decode=4,
         num_prefill=2,
         prefill_len=256,
-        # About 1 s of windows, a fifth of a stream's life on an idle machine; 0.5 s of baseline
+        # About 1 s of windows, a twentieth of a stream's life on an idle machine; 0.5 s of baseline
         # is still hundreds of iterations at the tiny model's 1-5 ms steps.
         settle_s=0.2,
         baseline_s=0.5,

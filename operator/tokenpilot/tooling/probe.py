@@ -147,7 +147,8 @@ def analyse(
         baseline_ms=baseline_ms,
         mixed_ms=mixed_ms,
         recovery_ms=statistics.fmean(recovery_gaps_ms) if recovery_gaps_ms else float("nan"),
-        num_mixed_iterations=round(len(mixed_gaps) / max(1, len(gaps_per_stream))),
+        # At least one: mixed_gaps is never empty, and round(0.5) is 0.
+        num_mixed_iterations=max(1, round(len(mixed_gaps) / max(1, len(gaps_per_stream)))),
         recovery_iterations=recovery_iterations,
         recovery_gaps_ms=recovery_gaps_ms[:5],
     )
@@ -177,8 +178,12 @@ def analyse_burst(
         return analyse(gaps, (min(inside), max(inside)), mixed, settings)
     gaps = [list(itertools.pairwise(s.arrival)) for s in streams]
     typical = statistics.median(b - a for g in gaps for a, b in g[-50:]) if gaps else 0.0
-    # A token that lands within half a typical gap of the burst's end came with it.
-    mixed = (burst.sent, burst.done + typical / 2)
+    # The burst goes out just after a decode token: the gaps that start with that step's
+    # tokens are the first that can carry it (on a slow engine the burst can fit inside one
+    # of them, and a window starting at the send would then hold no gap at all). A token that
+    # lands within half a typical gap of the burst's end came with it.
+    released = max((a for s in streams for a in s.arrival if a <= burst.sent), default=burst.sent)
+    mixed = (released - typical / 2, burst.done + typical / 2)
     # Arrival times jitter, so a gap must stand out more to count as slowed.
     return analyse(gaps, baseline_window, mixed, settings, settings.time_scale, 0.10)
 
@@ -413,7 +418,7 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
         attempts = 0
         while len(bursts) < settings.num_bursts:
             attempts += 1
-            burst = await _inject(settings, url, model, tick, tasks)
+            burst = await _inject(settings, url, model, tick, tasks, streams)
             # 4. RECOVERY
             await asyncio.sleep(settings.recovery_s / scale)
             if _straddles_a_step(burst, streams[0].engine) and attempts < 3 * settings.num_bursts:
@@ -444,6 +449,7 @@ async def _inject(
     model: str,
     tick: asyncio.Event,
     decodes: Sequence[asyncio.Task[None]],
+    streams: Sequence[_DecodeStream],
 ) -> _BurstTimes:
     """3. INJECT, just after a decode token so the burst lands early in an iteration."""
     burst = _Burst(
@@ -451,7 +457,7 @@ async def _inject(
     )
     await burst.connect()
     tick.clear()
-    await _next_decode_token(tick, decodes, settings.request_timeout_s)
+    await _next_decode_token(tick, decodes, streams, settings.request_timeout_s)
     sent = time.monotonic()
     burst.send()
     firsts = await _bounded(burst.wait(), settings.request_timeout_s, "the prefill burst")
@@ -469,7 +475,10 @@ async def _inject(
 
 
 async def _next_decode_token(
-    tick: asyncio.Event, decodes: Sequence[asyncio.Task[None]], timeout_s: float
+    tick: asyncio.Event,
+    decodes: Sequence[asyncio.Task[None]],
+    streams: Sequence[_DecodeStream],
+    timeout_s: float,
 ) -> None:
     """Wait for the next decode token; a decode stream that has ended will send none, so say
     so at once instead of waiting out the timeout."""
@@ -483,8 +492,12 @@ async def _next_decode_token(
     if waiter in done:
         return
     if done:
+        failed = next((s.error for s in streams if s.error is not None), None)
+        if failed is not None:
+            raise ProbeError(f"a decode stream failed before the burst was sent: {failed!r}")
         raise ProbeError(
-            "a decode stream ended before the burst was sent: raise decode_max_tokens or "
+            "a decode stream ended before the burst was sent (after "
+            f"{max(len(s.arrival) for s in streams)} tokens): raise decode_max_tokens or "
             "shorten settle_s, baseline_s and recovery_s"
         )
     raise ProbeError(f"timed out after {timeout_s:.0f} s waiting for a decode token")

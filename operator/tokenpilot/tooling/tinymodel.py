@@ -23,7 +23,8 @@ NUM_ATTENTION_HEADS = 4
 NUM_KV_HEADS = 2
 NUM_LAYERS = 2
 INTERMEDIATE_SIZE = 512
-MAX_POSITION_EMBEDDINGS = 4096
+# Long enough for a decode stream to outlive the interference probe on a busy machine.
+MAX_POSITION_EMBEDDINGS = 16384
 # The tokenizer learns at most this many tokens; the model's vocabulary is what it learned.
 MAX_VOCAB_SIZE = 1024
 BOS_TOKEN = "<s>"
