@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
@@ -139,3 +139,28 @@ def direction_changes(ticks: list[Tick]) -> list[float]:
             changes.append(tick.t_s)
         last = direction
     return changes
+
+
+def replay_steady(
+    policy: AutoscalePolicy, observation: Observation, *, until_s: float, interval_s: float = 5.0
+) -> list[Decision]:
+    """The same readings every interval from 0 to `until_s`, on a fleet that follows each
+    decision at once (every replica asked for is ready and read): the decisions."""
+    history = History()
+    replicas = observation.desired_replicas
+    decisions = []
+    at_s = 0.0
+    while at_s <= until_s:
+        current = replace(
+            observation,
+            observed_at_s=at_s,
+            desired_replicas=replicas,
+            ready_replicas=replicas,
+            num_pods_expected=replicas,
+            num_pods_scraped=replicas,
+        )
+        decision = decide(policy, history, current, at_s)
+        history, replicas = decision.history, decision.desired_replicas
+        decisions.append(decision)
+        at_s += interval_s
+    return decisions

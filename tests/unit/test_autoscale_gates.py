@@ -6,7 +6,7 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from autoscale_fleet import ITL_SLO_S, itl_quantile
+from autoscale_fleet import ITL_SLO_S, itl_quantile, replay_steady
 
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
@@ -92,24 +92,9 @@ def test_a_blind_evaluation_breaks_the_pair_of_queue_readings():
 
 def hold_calm(policy: AutoscalePolicy, observation: Observation) -> list[int]:
     """The same observation every interval for the scale-down window and a bit: replicas."""
-    history = History()
-    replicas = observation.desired_replicas
-    seen = []
-    at_s = 0.0
-    while at_s <= policy.scale_down_stabilization_s + 4 * INTERVAL_S:
-        current = replace(
-            observation,
-            observed_at_s=at_s,
-            desired_replicas=replicas,
-            ready_replicas=replicas,
-            num_pods_expected=replicas,
-            num_pods_scraped=replicas,
-        )
-        decision = decide(policy, history, current, at_s)
-        history, replicas = decision.history, decision.desired_replicas
-        seen.append(replicas)
-        at_s += INTERVAL_S
-    return seen
+    until_s = policy.scale_down_stabilization_s + 4 * INTERVAL_S
+    decisions = replay_steady(policy, observation, until_s=until_s, interval_s=INTERVAL_S)
+    return [d.desired_replicas for d in decisions]
 
 
 @pytest.mark.parametrize(

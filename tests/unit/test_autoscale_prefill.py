@@ -9,10 +9,9 @@ shorten it), and a step down that keeps every request on its own engine changes 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
-from autoscale_fleet import ITL_SLO_S, itl_quantile
+from autoscale_fleet import ITL_SLO_S, itl_quantile, replay_steady
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -97,43 +96,13 @@ def test_a_ttft_breach_scales_only_when_replicas_can_shorten_it(observation, cod
 
 def hold_calm(observation: Observation, *, seconds: float) -> list[Reason]:
     """The same readings every interval, applying each decision: the reason codes seen."""
-    history = History()
-    replicas = observation.desired_replicas
-    codes = []
-    at_s = 0.0
-    while at_s <= seconds:
-        current = replace(
-            observation,
-            observed_at_s=at_s,
-            desired_replicas=replicas,
-            ready_replicas=replicas,
-            num_pods_expected=replicas,
-            num_pods_scraped=replicas,
-        )
-        decision = decide(POLICY, history, current, at_s)
-        history, replicas = decision.history, decision.desired_replicas
-        codes.append(decision.reason_code)
-        at_s += INTERVAL_S
-    return codes
+    decisions = replay_steady(POLICY, observation, until_s=seconds, interval_s=INTERVAL_S)
+    return [d.reason_code for d in decisions]
 
 
 def replicas_after(observation: Observation, seconds: float) -> int:
-    history = History()
-    replicas = observation.desired_replicas
-    at_s = 0.0
-    while at_s <= seconds:
-        current = replace(
-            observation,
-            observed_at_s=at_s,
-            desired_replicas=replicas,
-            ready_replicas=replicas,
-            num_pods_expected=replicas,
-            num_pods_scraped=replicas,
-        )
-        decision = decide(POLICY, history, current, at_s)
-        history, replicas = decision.history, decision.desired_replicas
-        at_s += INTERVAL_S
-    return replicas
+    decisions = replay_steady(POLICY, observation, until_s=seconds, interval_s=INTERVAL_S)
+    return decisions[-1].desired_replicas
 
 
 @pytest.mark.parametrize(
