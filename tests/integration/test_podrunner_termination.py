@@ -1,5 +1,6 @@
-"""Stopping a local process as a kubelet stops a container, with real processes: SIGTERM to its
-process group, SIGKILL when the grace period ends, never a wait on the caller's thread."""
+"""Stopping a local process as a kubelet stops a container, with real processes: the preStop
+sleep, SIGTERM to its process group, SIGKILL when the grace period (which counts the sleep)
+ends, never a wait on the caller's thread."""
 
 from __future__ import annotations
 
@@ -16,14 +17,24 @@ DRAINS = (
 STUBBORN = "trap '' TERM; echo trapped; while :; do sleep 0.1; done"
 
 
-def _start(tmp_path: Path, script: str) -> Termination:
-    """Start `script` in its own session and begin its termination with a 600 s grace period."""
+def _start(
+    tmp_path: Path, script: str, *, grace_s: float = 600, prestop_sleep_s: float = 0.0
+) -> Termination:
+    """Start `script` in its own session and begin its termination (600 s of grace unless
+    told otherwise)."""
     proc, ref = procs.start("t", ["sh", "-c", script], tmp_path / "t.log", cwd=tmp_path)
     deadline = time.monotonic() + 30
     while "trapped" not in (tmp_path / "t.log").read_text():
         assert time.monotonic() < deadline, "the process never set up its SIGTERM handling"
         time.sleep(0.05)
-    return Termination.begin("t", proc, ref, grace_s=600, now_mono=time.monotonic())
+    return Termination.begin(
+        "t",
+        proc,
+        ref,
+        grace_s=grace_s,
+        now_mono=time.monotonic(),
+        prestop_sleep_s=prestop_sleep_s,
+    )
 
 
 def _step_until_done(termination: Termination, timeout_s: float) -> float:
@@ -70,3 +81,24 @@ def test_hurry_never_postpones_the_kill(tmp_path: Path) -> None:
     finally:
         termination.hurry(0)
         _step_until_done(termination, timeout_s=30)
+
+
+def test_the_process_serves_through_the_prestop_sleep_then_gets_sigterm(tmp_path: Path) -> None:
+    termination = _start(tmp_path, DRAINS, grace_s=60, prestop_sleep_s=1.0)
+    took_s = _step_until_done(termination, timeout_s=30)
+    assert took_s >= 0.9  # no SIGTERM before the sleep was over
+    assert (tmp_path / "done").read_text().strip() == "clean"  # then a clean SIGTERM exit
+    assert not termination.killed
+
+
+def test_a_prestop_sleep_longer_than_the_grace_period_is_cut_short(tmp_path: Path) -> None:
+    termination = _start(tmp_path, DRAINS, grace_s=0.5, prestop_sleep_s=600)
+    _step_until_done(termination, timeout_s=30)
+    assert termination.term_at_mono <= termination.kill_at_mono
+
+
+def test_shutdown_skips_the_prestop_sleep(tmp_path: Path) -> None:
+    termination = _start(tmp_path, DRAINS, grace_s=600, prestop_sleep_s=600)
+    termination.hurry(time.monotonic() + 5)
+    took_s = _step_until_done(termination, timeout_s=30)
+    assert took_s < 5 and not termination.killed

@@ -1,4 +1,5 @@
-"""The grace period the pod runner allows a pod's process, read from the pod as a kubelet does."""
+"""The grace period and preStop sleep the pod runner allows a pod's process, read from the pod
+as a kubelet does."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from typing import Any
 
 import pytest
 
-from tokenpilot.tooling.podrunner.termination import DEFAULT_GRACE_S, grace_period_s
+from tokenpilot.tooling.podrunner.termination import (
+    DEFAULT_GRACE_S,
+    grace_period_s,
+    prestop_sleep_s,
+)
 
 DELETED = "2026-01-01T00:00:00Z"
 
@@ -42,3 +47,10 @@ def test_grace_period_follows_the_deletion_then_the_spec(
     pod: dict[str, Any], expected_s: float
 ) -> None:
     assert grace_period_s(pod) == expected_s
+
+
+def test_only_a_prestop_sleep_is_run() -> None:
+    engine = {"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}
+    assert prestop_sleep_s(engine) == 5.0
+    assert prestop_sleep_s({"lifecycle": {"preStop": {"exec": {"command": ["true"]}}}}) == 0.0
+    assert prestop_sleep_s({}) == 0.0
