@@ -14,7 +14,6 @@ from _operator_harness import create, get_llms, sample
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.status import AUTOSCALER, RECONCILER, apply_status
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.render import Tuning
@@ -53,7 +52,7 @@ def autoscaler_writes(client: KubeClient, stale: LLMService, num_pods_scraped: i
         problems=() if num_pods_scraped == 2 else ("llm-1: connection refused",),
     )
     decision = decide(AutoscalePolicy(min_replicas=1, max_replicas=4), History(), seen, 0.0)
-    listed = metrics_condition(
+    condition = metrics_condition(
         stale.status.conditions, decision, problems=seen.problems, generation=1, now=NOW
     )
     owned: dict[str, Any] = {
@@ -63,11 +62,7 @@ def autoscaler_writes(client: KubeClient, stale: LLMService, num_pods_scraped: i
             "reason": decision.reason,
             "lastDecisionTime": NOW,
         },
-        "conditions": [
-            c.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for c in listed
-            if c.type in cond.AUTOSCALER_TYPES
-        ],
+        "conditions": [condition.model_dump(by_alias=True, mode="json", exclude_none=True)],
     }
     meta = stale.metadata
     apply_status(client, meta.namespace, meta.name, owned, field_manager=AUTOSCALER)

@@ -64,11 +64,10 @@ def seen(**changes: object) -> Observation:
 )
 def test_condition_says_why_the_autoscaler_cannot_see(observation, status, reason, in_message):
     decision = decide(POLICY, History(), observation, 100.0)
-    listed = metrics_condition(
+    found = metrics_condition(
         [], decision, problems=observation.problems, generation=7, now="2026-01-01T00:00:00Z"
     )
-    found = cond.find(listed, cond.METRICS_AVAILABLE)
-    assert found is not None
+    assert found.type == cond.METRICS_AVAILABLE
     assert (found.status, found.reason, found.observed_generation) == (status, reason, 7)
     assert in_message in found.message
     if status is not ConditionStatus.true:
@@ -82,6 +81,6 @@ def test_steady_evaluations_leave_the_condition_identical():
     )
     busier = seen(num_requests_running=9.0, itl=itl_quantile(0.03))
     again = metrics_condition(
-        first, decide(POLICY, History(), busier, 100.0), problems=(), generation=1, now="t2"
+        [first], decide(POLICY, History(), busier, 100.0), problems=(), generation=1, now="t2"
     )
     assert again == first  # no status write for a service whose metrics stay readable

@@ -196,8 +196,9 @@ def metrics_condition(
     problems: Sequence[str],
     generation: int,
     now: str,
-) -> list[Condition]:
-    """`conditions` with MetricsAvailable set from one autoscaler decision.
+) -> Condition:
+    """The MetricsAvailable condition after one autoscaler decision (its transition time kept
+    from the one in `conditions` unless its status flips).
 
     The reason is the decision's code when it was blind, so `kubectl describe` shows why the
     replicas are held, and MetricsRead otherwise. The message names the problems the metrics
@@ -214,7 +215,7 @@ def metrics_condition(
             f"{words}{': ' + detail if detail else ''}; "
             f"replicas held at {decision.desired_replicas}"
         )
-    return cond.set_condition(
+    updated = cond.set_condition(
         conditions,
         type_=cond.METRICS_AVAILABLE,
         status=status,
@@ -223,3 +224,6 @@ def metrics_condition(
         observed_generation=generation,
         now=now,
     )
+    found = cond.find(updated, cond.METRICS_AVAILABLE)
+    assert found is not None  # set_condition just put it there
+    return found

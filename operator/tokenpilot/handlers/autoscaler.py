@@ -54,7 +54,6 @@ from tokenpilot.adapters.metrics import (
 )
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.api.llmservice import Condition, LLMService, MetricsSourceType
-from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, Reason, decide
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
@@ -233,7 +232,7 @@ class ServiceLoop:
                 now=_now_iso(),
                 warning=entering_blind,
             )
-        conditions = metrics_condition(
+        condition = metrics_condition(
             service.status.conditions,
             decision,
             problems=problems,
@@ -245,7 +244,7 @@ class ServiceLoop:
             decision.mode.value,
             decision.reason,
             code=decision.reason_code.value,
-            condition=cond.find(conditions, cond.METRICS_AVAILABLE),
+            condition=condition,
         )
 
     async def _write_status(
