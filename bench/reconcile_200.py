@@ -183,7 +183,7 @@ def main() -> int:
     if args.kubeconfig:
         result = run(args.kubeconfig, args.count, args.resync_interval, log)
     else:
-        from tokenpilot.tooling.devcluster import cluster, paths
+        from tokenpilot_lab.devcluster import cluster, paths
 
         name = f"bench-{os.getpid()}"
         state_dir = paths.default_state_dir(name)

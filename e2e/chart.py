@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.tooling.devcluster import build
-from tokenpilot.tooling.devcluster.errors import BinariesMissing
+from tokenpilot_lab.devcluster import build
+from tokenpilot_lab.devcluster.errors import BinariesMissing
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "tokenpilot"

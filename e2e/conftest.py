@@ -1,4 +1,4 @@
 """The e2e suite runs against the dev cluster (`make test`) or any cluster given by
 TOKENPILOT_KUBECONFIG (e2e/run-kind.sh sets it to the kind cluster); same fixtures as tests/."""
 
-pytest_plugins = ["tokenpilot.tooling.devcluster.pytest_plugin"]
+pytest_plugins = ["tokenpilot_lab.devcluster.pytest_plugin"]

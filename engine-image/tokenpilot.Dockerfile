@@ -1,4 +1,5 @@
-# The TokenPilot package in two images, built from the repository root:
+# TokenPilot in two images, built from the repository root: the operator image holds only the
+# operator distribution (`tokenpilot`); the engine-sim image adds the lab (`tokenpilot-lab`).
 #   docker build -f engine-image/tokenpilot.Dockerfile --target operator   -t tokenpilot/operator:0.1.0 .
 #   docker build -f engine-image/tokenpilot.Dockerfile --target engine-sim -t tokenpilot/engine-sim:0.1.0 .
 # Both run as an unprivileged user and write nothing outside /tmp, so the chart can make the
@@ -17,17 +18,23 @@ RUN python -m venv /opt/tokenpilot \
  && /opt/tokenpilot/bin/pip install --constraint constraints.txt . \
  && find /opt/tokenpilot -name '__pycache__' -prune -exec rm -rf {} +
 
+FROM build AS build-lab
+COPY lab ./lab
+RUN /opt/tokenpilot/bin/pip install --constraint constraints.txt ./lab \
+ && find /opt/tokenpilot -name '__pycache__' -prune -exec rm -rf {} +
+
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/tokenpilot/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-COPY --from=build /opt/tokenpilot /opt/tokenpilot
 USER 65532:65532
 
 FROM runtime AS engine-sim
+COPY --from=build-lab /opt/tokenpilot /opt/tokenpilot
 EXPOSE 8000
 ENTRYPOINT ["tokenpilot", "engine-sim"]
 CMD ["--port", "8000"]
 
 FROM runtime AS operator
+COPY --from=build /opt/tokenpilot /opt/tokenpilot
 EXPOSE 8080 9100
 ENTRYPOINT ["tokenpilot"]
 CMD ["run"]

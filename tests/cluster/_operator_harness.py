@@ -22,7 +22,7 @@ from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
 from tokenpilot.api.crd import crd
 from tokenpilot.handlers.operator import OperatorConfig, operate
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"

@@ -33,8 +33,8 @@ from _operator_harness import (
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.core.render import SERVICE_LABEL
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
-from tokenpilot.tooling.prometheus_server import running_prometheus
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.cluster
 NAME = "llama-8b"

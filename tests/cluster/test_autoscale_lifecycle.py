@@ -22,7 +22,7 @@ from _operator_harness import (
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 NAME = "llama-8b"

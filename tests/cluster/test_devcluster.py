@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from devcluster_checks import answers
-from tokenpilot.tooling.devcluster.pytest_plugin import DevCluster, eventually
+from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 

@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client, config
 
 from devcluster_checks import answers, processes_mentioning
-from tokenpilot.tooling.devcluster import cluster, paths, procs, state
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster import cluster, paths, procs, state
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 

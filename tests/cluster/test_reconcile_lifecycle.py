@@ -27,7 +27,7 @@ from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.api.llmservice import GROUP
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 H100 = "llama-3.1-8b-h100.yaml"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from _operator_harness import client_for, create, get_llms, install_crd, operator_thread, sample
 
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 

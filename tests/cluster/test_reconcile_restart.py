@@ -11,7 +11,7 @@ from _operator_harness import client_for, create, get_llms, install_crd, operato
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 NUM_SERVICES = 6

@@ -13,7 +13,7 @@ from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.resources import RESOURCES
-from tokenpilot.tooling.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 MONITORS = RESOURCES[("monitoring.coreos.com/v1", "ServiceMonitor")]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.tooling.vllm_fixtures import fixture_server_config
-from tokenpilot.tooling.vllm_server import VllmServer, running_vllm, write_tiny_model
+from tokenpilot_lab.vllm_fixtures import fixture_server_config
+from tokenpilot_lab.vllm_server import VllmServer, running_vllm, write_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.tooling.probe import ProbeSettings, run_probe
-from tokenpilot.tooling.tinymodel import MAX_POSITION_EMBEDDINGS
-from tokenpilot.tooling.vllm_server import VllmServer, VllmServerConfig, running_vllm
+from tokenpilot_lab.probe import ProbeSettings, run_probe
+from tokenpilot_lab.tinymodel import MAX_POSITION_EMBEDDINGS
+from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
 
 pytestmark = pytest.mark.engine
 

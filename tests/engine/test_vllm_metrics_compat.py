@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tokenpilot.tooling.metrics_schema import metrics_schema, schema_differences
-from tokenpilot.tooling.vllm_fixtures import serve_sample_requests
-from tokenpilot.tooling.vllm_server import VllmServer
+from tokenpilot_lab.metrics_schema import metrics_schema, schema_differences
+from tokenpilot_lab.vllm_fixtures import serve_sample_requests
+from tokenpilot_lab.vllm_server import VllmServer
 
 pytestmark = pytest.mark.engine
 
@@ -26,7 +26,7 @@ def test_live_metrics_match_the_committed_fixture(vllm_server: VllmServer) -> No
     fixture = FIXTURES / f"vllm-metrics-{version}.txt"
     assert fixture.exists(), (
         f"no /metrics fixture for vLLM {version}; capture one with "
-        "`python -m tokenpilot.tooling.vllm_fixtures` and commit it"
+        "`python -m tokenpilot_lab.vllm_fixtures` and commit it"
     )
     # The fixture was captured after these requests; some families only appear once used.
     serve_sample_requests(vllm_server.base_url, vllm_server.config.served_model_name)

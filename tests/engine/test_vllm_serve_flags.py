@@ -1,6 +1,6 @@
 """Every flag the renderer emits is a flag real vLLM's `vllm serve` parser accepts.
 
-The option strings come from vLLM itself (tokenpilot/tooling/vllm_flags.py, run in the engine
+The option strings come from vLLM itself (tokenpilot_lab/vllm_flags.py, run in the engine
 venv); the committed list tests/fixtures/vllm-serve-flags-<version>.txt must equal them, so the
 unit test that reads the list where vLLM is absent checks against real vLLM too. Rendered
 command lines go through vLLM's parser whole, so values are checked as well as names.
@@ -14,7 +14,7 @@ import pytest
 
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.render import EMITTED_VLLM_FLAGS, RenderFacts, Tuning, vllm_args
-from tokenpilot.tooling.vllm_cli import (
+from tokenpilot_lab.vllm_cli import (
     Verdict,
     check_command_lines,
     engine_vllm_version,
@@ -103,7 +103,7 @@ def test_committed_flag_list_equals_live_vllm(live_flags: set[str]) -> None:
     version = engine_vllm_version()
     fixture = FIXTURES / f"vllm-serve-flags-{version}.txt"
     assert fixture.exists(), (
-        f"no flag list for vLLM {version}; run `python -m tokenpilot.tooling.vllm_fixtures`"
+        f"no flag list for vLLM {version}; run `python -m tokenpilot_lab.vllm_fixtures`"
     )
     committed = {line for line in fixture.read_text().splitlines() if line.startswith("-")}
     assert committed == live_flags, (

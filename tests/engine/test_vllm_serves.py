@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from tokenpilot.tooling.vllm_server import VllmServer
+from tokenpilot_lab.vllm_server import VllmServer
 
 pytestmark = pytest.mark.engine
 

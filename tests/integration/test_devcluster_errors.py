@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from devcluster_checks import processes_mentioning
-from tokenpilot.tooling.devcluster import build, cluster, procs, state
-from tokenpilot.tooling.devcluster.errors import (
+from tokenpilot_lab.devcluster import build, cluster, procs, state
+from tokenpilot_lab.devcluster.errors import (
     BinariesMissing,
     ComponentFailed,
     PortInUse,
     StateDirError,
     ToolchainMissing,
 )
-from tokenpilot.tooling.devcluster.versions import COMPONENTS
+from tokenpilot_lab.devcluster.versions import COMPONENTS
 
 
 def _tokenpilot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenpilot.core.sim import EngineConfig
-from tokenpilot.core.sim.tokens import count_text_tokens
-from tokenpilot.tooling.engine_sim.server import EngineSimServer, ServedModel, running
+from tokenpilot_lab.engine_sim.server import EngineSimServer, ServedModel, running
+from tokenpilot_lab.sim import EngineConfig
+from tokenpilot_lab.sim.tokens import count_text_tokens
 
 MODEL = "sim-model"
 MAX_MODEL_LEN = 2048

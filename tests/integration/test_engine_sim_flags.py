@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tokenpilot.tooling.engine_sim import options, timing
+from tokenpilot_lab.engine_sim import options, timing
 
 
 def test_flags_a_renderer_emits_are_understood() -> None:

@@ -2,7 +2,7 @@
 
 The reference is a /metrics page captured from vLLM 0.32.0 (CPU build) after a few requests,
 committed as a fixture with its version (the engine tier checks it against live vLLM). Both
-pages are compared with `tooling.metrics_schema` over the `vllm:` families; process_*,
+pages are compared with `tokenpilot_lab.metrics_schema` over the `vllm:` families; process_*,
 python_* and http_* families are the web server's, not the engine's.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.sim import EngineConfig
-from tokenpilot.tooling.engine_sim.server import ServedModel, running
-from tokenpilot.tooling.metrics_schema import metrics_schema, schema_differences
+from tokenpilot_lab.engine_sim.server import ServedModel, running
+from tokenpilot_lab.metrics_schema import metrics_schema, schema_differences
+from tokenpilot_lab.sim import EngineConfig
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "vllm-metrics-0.32.0.txt"
 # The fixture's server ran with --max-model-len 1024 (its header says so).

@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from tokenpilot.tooling.engine_sim import options, timing
-from tokenpilot.tooling.engine_sim.server import EngineSimServer, ServedModel, serve
-from tokenpilot.tooling.loadgen import (
+from tokenpilot_lab.engine_sim import options, timing
+from tokenpilot_lab.engine_sim.server import EngineSimServer, ServedModel, serve
+from tokenpilot_lab.loadgen import (
     Balancer,
     LoadError,
     LoadGenerator,

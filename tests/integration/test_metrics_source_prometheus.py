@@ -18,7 +18,7 @@ from fake_engines import EngineFarm, FakeEngine, closed_port
 
 from tokenpilot.adapters.metrics import PodEndpoint, PrometheusSource, ServiceTarget
 from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Observation, Reason, decide
-from tokenpilot.tooling.prometheus_server import running_prometheus
+from tokenpilot_lab.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
 

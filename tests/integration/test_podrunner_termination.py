@@ -8,8 +8,8 @@ import signal
 import time
 from pathlib import Path
 
-from tokenpilot.tooling.devcluster import procs
-from tokenpilot.tooling.podrunner.termination import Termination
+from tokenpilot_lab.devcluster import procs
+from tokenpilot_lab.podrunner.termination import Termination
 
 DRAINS = (
     "trap 'sleep 0.5; echo clean > done; exit 0' TERM; echo trapped; while :; do sleep 0.1; done"

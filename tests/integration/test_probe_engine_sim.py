@@ -14,17 +14,17 @@ import pytest
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.sim import EngineConfig
 from tokenpilot.core.steptime import StepTimeModel
-from tokenpilot.tooling.engine_sim import options, timing
-from tokenpilot.tooling.engine_sim.server import ServedModel, running
-from tokenpilot.tooling.probe import (
+from tokenpilot_lab.engine_sim import options, timing
+from tokenpilot_lab.engine_sim.server import ServedModel, running
+from tokenpilot_lab.probe import (
     ProbeResult,
     ProbeSettings,
     format_heatmap,
     run_heatmap,
     run_probe,
 )
+from tokenpilot_lab.sim import EngineConfig
 
 CATALOG = load_builtin_catalog()
 

@@ -36,8 +36,8 @@ from operator_view import OperatorService, serve_operator_metrics
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.files import RULES_PATH, generated_files
 from tokenpilot.core.dashboards.grafana import expressions
-from tokenpilot.tooling.devcluster.ports import free_port
-from tokenpilot.tooling.prometheus_server import running_prometheus
+from tokenpilot_lab.devcluster.ports import free_port
+from tokenpilot_lab.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpilot.tooling.demo.observe import Sample
-from tokenpilot.tooling.demo.settings import DemoSettings, service_manifest
-from tokenpilot.tooling.demo.summary import (
+from tokenpilot_lab.demo.observe import Sample
+from tokenpilot_lab.demo.settings import DemoSettings, service_manifest
+from tokenpilot_lab.demo.summary import (
     itl_p99_engine_s,
     milestones,
     report,
     rolling_itl_p99_engine_s,
 )
-from tokenpilot.tooling.loadgen import LoadPlan, Phase, RequestRecord
+from tokenpilot_lab.loadgen import LoadPlan, Phase, RequestRecord
 
 
 def series(replicas: list[tuple[float, int, int]]) -> list[Sample]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpilot.tooling.devcluster.certs import Pki
-from tokenpilot.tooling.devcluster.components import Layout, Timeouts, plan
+from tokenpilot_lab.devcluster.certs import Pki
+from tokenpilot_lab.devcluster.components import Layout, Timeouts, plan
 
 D = Path("/state")
 PORTS = {

@@ -9,11 +9,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.tooling.devcluster import kwokconfig, nodepools
-from tokenpilot.tooling.devcluster.build import wrapper_gomod
-from tokenpilot.tooling.devcluster.errors import ImageMapError, NodePoolError
-from tokenpilot.tooling.devcluster.versions import COMPONENTS, KUBERNETES_VERSION
-from tokenpilot.tooling.podrunner import imagemap
+from tokenpilot_lab.devcluster import kwokconfig, nodepools
+from tokenpilot_lab.devcluster.build import wrapper_gomod
+from tokenpilot_lab.devcluster.errors import ImageMapError, NodePoolError
+from tokenpilot_lab.devcluster.versions import COMPONENTS, KUBERNETES_VERSION
+from tokenpilot_lab.podrunner import imagemap
 
 
 def test_default_pools_give_two_h100_nodes_one_l40s_and_one_cpu_node() -> None:

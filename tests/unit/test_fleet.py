@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from tokenpilot.core.fleet import FleetConfig, FleetView, MetricsSource, simulate
-from tokenpilot.core.fleet.compare import POLICY_NAMES, contenders, run_contenders
-from tokenpilot.core.fleet.policies import ScaleChoice, StaticPolicy
-from tokenpilot.core.fleet.sizing import size_for_peak
-from tokenpilot.core.sim import EngineConfig
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
-from tokenpilot.core.workload import Trace, TraceRequest, poisson
+from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsSource, simulate
+from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
+from tokenpilot_lab.fleet.policies import ScaleChoice, StaticPolicy
+from tokenpilot_lab.fleet.sizing import size_for_peak
+from tokenpilot_lab.sim import EngineConfig
+from tokenpilot_lab.workload import Trace, TraceRequest, poisson
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def test_static_sizing_is_the_fewest_replicas_meeting_the_peak() -> None:
     assert sizing.peak_attainment >= 0.99
     assert sizing.replicas > 1
     fewer = replace(FLEET, initial_replicas=sizing.replicas - 1)
-    from tokenpilot.core.workload import window
+    from tokenpilot_lab.workload import window
 
     peak = window(trace, sizing.peak_start_s, sizing.peak_start_s + sizing.peak_window_s)
     assert simulate(peak, StaticPolicy(sizing.replicas - 1), fewer, ENGINE, TIMER).attainment < 0.99

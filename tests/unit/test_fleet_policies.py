@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpilot.core.fleet import FleetView, PodSample
-from tokenpilot.core.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy
-from tokenpilot.core.fleet.policies.hpa_algorithm import (
+from tokenpilot_lab.fleet import FleetView, PodSample
+from tokenpilot_lab.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy
+from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HpaBehavior,
     external_average_recommendation,
     pods_metric_recommendation,

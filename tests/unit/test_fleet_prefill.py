@@ -9,10 +9,10 @@ from __future__ import annotations
 from test_fleet import TIMER
 
 from tokenpilot.core.autoscale import AutoscalePolicy
-from tokenpilot.core.fleet import FleetConfig, simulate
-from tokenpilot.core.fleet.policies.tokenpilot import TokenPilotPolicy
-from tokenpilot.core.sim import EngineConfig
-from tokenpilot.core.workload import Trace, TraceRequest
+from tokenpilot_lab.fleet import FleetConfig, simulate
+from tokenpilot_lab.fleet.policies.tokenpilot import TokenPilotPolicy
+from tokenpilot_lab.sim import EngineConfig
+from tokenpilot_lab.workload import Trace, TraceRequest
 
 ENGINE = EngineConfig(
     num_kv_blocks=40_000, max_num_batched_tokens=512, max_num_seqs=256, max_model_len=131_072

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.tooling.metrics_schema import metrics_schema, schema_differences
+from tokenpilot_lab.metrics_schema import metrics_schema, schema_differences
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

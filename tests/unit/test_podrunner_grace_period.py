@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tokenpilot.tooling.podrunner.termination import (
+from tokenpilot_lab.podrunner.termination import (
     DEFAULT_GRACE_S,
     grace_period_s,
     prestop_sleep_s,

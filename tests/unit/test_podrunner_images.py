@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.tooling.podrunner import credentials, imagemap
+from tokenpilot_lab.podrunner import credentials, imagemap
 
 CHART_ARGS = ["run", "--liveness=http://$(POD_IP):8080/healthz", "--metrics-port=9100"]
 

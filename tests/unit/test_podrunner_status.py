@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.tooling.podrunner import probes
-from tokenpilot.tooling.podrunner.status import Observation, status_patch
+from tokenpilot_lab.podrunner import probes
+from tokenpilot_lab.podrunner.status import Observation, status_patch
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:00:05Z"

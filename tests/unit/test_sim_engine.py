@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpilot.core.sim import (
+from tokenpilot_lab.sim import (
     Engine,
     EngineConfig,
     Finished,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.core.sim.tokens import (
+from tokenpilot_lab.sim.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_PER_REPLY,
     count_chat_tokens,

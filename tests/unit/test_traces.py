@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.adapters.traces import mapping_from_spec, read_trace
-from tokenpilot.core.workload import TimeUnit, TraceError
+from tokenpilot_lab.traces import mapping_from_spec, read_trace
+from tokenpilot_lab.workload import TimeUnit, TraceError
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpilot.core.workload import (
+from tokenpilot_lab.workload import (
     ColumnMapping,
     TimeUnit,
     Trace,
@@ -20,7 +20,7 @@ from tokenpilot.core.workload import (
     scale_time,
     window,
 )
-from tokenpilot.core.workload.parse import AZURE_LLM_MAPPING, MOONCAKE_MAPPING
+from tokenpilot_lab.workload.parse import AZURE_LLM_MAPPING, MOONCAKE_MAPPING
 
 GENERIC = ColumnMapping("t", "p", "o", TimeUnit.seconds)
 

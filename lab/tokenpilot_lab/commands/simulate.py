@@ -1,0 +1,373 @@
+"""`tokenpilot simulate`: replay a trace through the fleet simulator under each policy.
+
+Reads a trace (or generates one from a seed), sizes the static fleet and the baselines'
+targets for the trace's peak, runs every chosen policy on the same requests, one after
+another, and prints one table (or `--json`); `--plot` draws load, replicas and latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
+from tokenpilot.core.capacity import plan_capacity
+from tokenpilot.core.errors import TokenPilotError
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.steptime import step_time_model
+from tokenpilot.core.tuner import (
+    DEFAULT_MAX_NUM_SEQS,
+    ServiceLevel,
+    WorkloadHints,
+    recommend,
+    vllm_default_token_budget,
+)
+from tokenpilot_lab.fleet import DEFAULT_COLD_START_S, FleetConfig, FleetResult
+from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
+from tokenpilot_lab.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
+from tokenpilot_lab.fleet.engines import engine_config
+from tokenpilot_lab.fleet.results import nearest_rank
+from tokenpilot_lab.fleet.sizing import Sizing
+from tokenpilot_lab.sim import InvalidEngineConfig
+from tokenpilot_lab.traces import mapping_from_spec, read_trace
+from tokenpilot_lab.workload import (
+    Trace,
+    TraceError,
+    bursts,
+    diurnal,
+    poisson,
+    scale_rate,
+    window,
+)
+
+# The Llama 3.1 family's context; vLLM's default max_model_len when the KV cache can hold it.
+DEFAULT_MAX_MODEL_LEN = 131_072
+# vLLM's default --gpu-memory-utilization.
+GPU_MEMORY_UTILIZATION = 0.9
+# The table is rendered at a fixed width so the same run prints the same bytes everywhere.
+TABLE_WIDTH = 132
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="trace file: Azure CSV, Mooncake JSONL, ...")
+    source.add_argument(
+        "--synthetic",
+        choices=("poisson", "bursts", "diurnal"),
+        help="generate a trace instead (see --mean-rps, --duration, --seed)",
+    )
+    parser.add_argument(
+        "--columns",
+        help="field mapping for other CSV/JSONL traces: arrival=F,prompt=F,output=F[,unit=ms]",
+    )
+    parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
+    parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic trace seed")
+    parser.add_argument("--rate", default="x1", help="replay faster or slower, e.g. x2 or x0.5")
+    parser.add_argument("--from", dest="from_s", type=float, default=0.0, help="window start, s")
+    parser.add_argument("--to", dest="to_s", type=float, default=None, help="window end, s")
+    parser.add_argument("--gpu", default="H100-80GB", help="GPU profile name or alias")
+    parser.add_argument(
+        "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODEL_PRESETS)}"
+    )
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--slo", default="ttft=2s,itl=50ms", help="e.g. ttft=2s,itl=50ms")
+    parser.add_argument("--policy", default="all", help="all, or a comma list of policies")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        help="token budget for the tokenpilot policy instead of the tuner's recommendation",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=DEFAULT_MAX_MODEL_LEN,
+        help="engine --max-model-len; longer requests are rejected and counted",
+    )
+    parser.add_argument(
+        "--target-running",
+        type=float,
+        help="running requests per replica for hpa and aibrix-kpa (default: from sizing)",
+    )
+    parser.add_argument("--min-replicas", type=int, default=1)
+    parser.add_argument("--max-replicas", type=int, default=64)
+    parser.add_argument("--initial-replicas", type=int, help="Ready at t=0 (default: min)")
+    parser.add_argument(
+        "--cold-start",
+        type=float,
+        default=DEFAULT_COLD_START_S,
+        help="seconds from scale-up to Ready",
+    )
+    parser.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S)
+    parser.add_argument("--usd-per-gpu-hour", type=float, help="default: the GPU profile's")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", type=Path, help="write a PNG of load, replicas, latency")
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        trace = _load_trace(args)
+        results, sizing, budgets = _simulate(args, trace, err)
+    except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
+        # Bad input: the message names the file, line or flag and the fix.
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if args.json:
+        print(json.dumps(to_json(trace, results), sort_keys=False))
+    else:
+        sys.stdout.write(render_table(trace, results, sizing, budgets))
+    if args.plot is not None:
+        from tokenpilot_lab.fleet_plot import plot_comparison
+
+        plot_comparison(trace, results, args.plot)
+        err.print(f"plot written to {args.plot}", highlight=False)
+    return 0
+
+
+def _load_trace(args: argparse.Namespace) -> Trace:
+    if args.trace is not None:
+        mapping = mapping_from_spec(args.columns) if args.columns else None
+        trace = read_trace(args.trace, mapping)
+    else:
+        if args.synthetic == "poisson":
+            trace = poisson(args.mean_rps, args.duration, seed=args.seed)
+        elif args.synthetic == "bursts":
+            trace = _bursts(args.mean_rps, args.duration, seed=args.seed)
+        else:
+            trace = _diurnal(args.mean_rps, args.duration, seed=args.seed)
+    if args.from_s or args.to_s is not None:
+        trace = window(trace, args.from_s, args.to_s)
+    factor = parse_rate(args.rate)
+    return scale_rate(trace, factor) if factor != 1.0 else trace
+
+
+def _bursts(mean_rps: float, duration_s: float, *, seed: int) -> Trace:
+    # Quiet at half the mean, bursts at 5.5x the mean for a tenth of each 5 min: mean as asked.
+    return bursts(mean_rps * 0.5, mean_rps * 5.5, duration_s, seed=seed)
+
+
+def _diurnal(mean_rps: float, duration_s: float, *, seed: int) -> Trace:
+    # One whole cycle over the run so a short run still sees a trough and a peak.
+    return diurnal(mean_rps, duration_s, seed=seed, period_s=max(duration_s, 1.0))
+
+
+def parse_rate(text: str) -> float:
+    match = re.fullmatch(r"x?\s*([0-9]*\.?[0-9]+)", text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise TraceError(f"--rate {text!r}: expected a positive factor such as x2 or 0.5")
+    return float(match.group(1))
+
+
+def parse_slo(text: str) -> tuple[float, float]:
+    """`ttft=2s,itl=50ms` -> (ttft_s, itl_s)."""
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(ms|s)", value.strip())
+        if key.strip() not in ("ttft", "itl") or not match:
+            raise ValueError(
+                f"--slo {text!r}: write ttft=<n>s|ms,itl=<n>s|ms, e.g. ttft=2s,itl=50ms"
+            )
+        scale = 1e-3 if match.group(2) == "ms" else 1.0
+        values[key.strip()] = float(match.group(1)) * scale
+    if set(values) != {"ttft", "itl"} or min(values.values()) <= 0:
+        raise ValueError(f"--slo {text!r}: both ttft and itl must be given and positive")
+    return values["ttft"], values["itl"]
+
+
+def _tuned(
+    args: argparse.Namespace,
+    trace: Trace,
+    profile: GPUProfile,
+    shape: ModelShape,
+    slo: ServiceLevel,
+) -> tuple[int, int, str]:
+    """The tokenpilot policy's (token budget, max_num_seqs) and where they came from."""
+    prompts = sorted(r.num_prompt_tokens for r in trace.requests)
+    contexts = [r.num_prompt_tokens + r.num_output_tokens for r in trace.requests]
+    hints = WorkloadHints(
+        prompt_p99_tokens=min(args.max_model_len, nearest_rank(prompts, 0.99)) if prompts else None,
+        expected_context_tokens=(
+            min(args.max_model_len, max(1, round(sum(contexts) / len(contexts))))
+            if contexts
+            else None
+        ),
+        max_model_len=args.max_model_len,
+        tensor_parallel_size=args.tensor_parallel_size,
+    )
+    recommendation = recommend(profile, shape, slo, hints)
+    if args.budget is not None:
+        return int(args.budget), recommendation.max_num_seqs, "--budget"
+    return recommendation.token_budget, recommendation.max_num_seqs, "the tuner"
+
+
+def _simulate(
+    args: argparse.Namespace, trace: Trace, err: Console
+) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
+    ttft_slo_s, itl_slo_s = parse_slo(args.slo)
+    names = parse_policies(args.policy)
+    profile = load_builtin_catalog().get(args.gpu)
+    shape = model_preset(args.model)
+    tp = args.tensor_parallel_size
+    timer = step_time_model(profile, shape, tp)
+    capacity = plan_capacity(profile, shape, tp, GPU_MEMORY_UTILIZATION, args.max_model_len)
+    default_budget = vllm_default_token_budget(profile)
+    default_seqs = DEFAULT_MAX_NUM_SEQS
+    slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
+    tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
+    tuned_engine = engine_config(
+        capacity, max_num_batched_tokens=tuned_budget, max_num_seqs=tuned_seqs
+    )
+    default_engine = engine_config(
+        capacity, max_num_batched_tokens=default_budget, max_num_seqs=default_seqs
+    )
+
+    fleet = FleetConfig(
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        initial_replicas=args.initial_replicas,
+        cold_start_s=args.cold_start,
+        scrape_interval_s=args.scrape_interval,
+        gpus_per_replica=tp,
+        usd_per_gpu_hour=(
+            profile.hourly_cost_usd if args.usd_per_gpu_hour is None else args.usd_per_gpu_hour
+        ),
+        ttft_slo_s=ttft_slo_s,
+        itl_slo_s=itl_slo_s,
+    )
+    entries, sizing = contenders(
+        names,
+        trace,
+        fleet,
+        tuned_engine=tuned_engine,
+        default_engine=default_engine,
+        timer=timer,
+        target_running_per_replica=args.target_running,
+        model=args.model,
+    )
+    show = sys.stderr.isatty() and not args.json
+    with Progress(
+        TextColumn("{task.description:<20}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not show,
+    ) as bar:
+        tasks = {e.name: bar.add_task(e.name, total=1.0) for e in entries}
+        results = run_contenders(
+            trace, entries, timer, lambda name, done: bar.update(tasks[name], completed=done)
+        )
+    budgets = {
+        "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
+        "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
+        "start": ", ".join(
+            sorted(
+                {f"{e.fleet.start_replicas} ({e.name})" for e in entries if e.name != "static-peak"}
+            )
+        ),
+    }
+    return results, sizing, budgets
+
+
+def _num(value: float, digits: int) -> float | None:
+    return None if math.isnan(value) else round(value, digits)
+
+
+def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
+    policies: dict[str, object] = {}
+    for result in results:
+        summary = result.summary()
+        policies[result.policy] = {
+            "attainment": round(result.attainment, 6),
+            "goodput_rps": round(result.goodput_rps, 6),
+            "ttft_p50_s": _num(summary["ttft_p50_s"], 6),
+            "ttft_p99_s": _num(summary["ttft_p99_s"], 6),
+            "itl_p50_s": _num(summary["itl_p50_s"], 6),
+            "itl_p99_s": _num(summary["itl_p99_s"], 6),
+            "gpu_hours": round(result.gpu_hours, 6),
+            "cost_usd": round(result.cost_usd, 4),
+            "scale_events": len(result.scale_events),
+        }
+    return {"trace": trace.name, "requests": trace.num_requests, "policies": policies}
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value * 1e3:,.0f}"
+
+
+def render_table(
+    trace: Trace,
+    results: Sequence[FleetResult],
+    sizing: Sizing | None,
+    budgets: dict[str, str],
+) -> str:
+    console = Console(width=TABLE_WIDTH, record=True, file=io.StringIO(), color_system=None)
+    console.print(
+        f"{trace.name}: {trace.num_requests} requests over {trace.duration_s:,.0f} s",
+        highlight=False,
+    )
+    console.print(
+        f"  token budget: tokenpilot {budgets['tuned']}; others vLLM's default "
+        f"{budgets['default']}",
+        highlight=False,
+    )
+    for note in trace.notes:
+        console.print(f"  note: {note}", highlight=False)
+    if budgets.get("start"):
+        console.print(f"  replicas Ready at the start: {budgets['start']}", highlight=False)
+    if sizing is not None:
+        console.print(
+            f"  sizing: {sizing.reason}; hpa/kpa target "
+            f"{sizing.target_running_per_replica:g} running per replica",
+            highlight=False,
+        )
+    table = Table(box=None, pad_edge=False)
+    for header in (
+        "policy",
+        "requests",
+        "SLO met",
+        "goodput rps",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "GPU-h",
+        "cost $",
+        "scale events",
+    ):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for result in results:
+        q = result.latency_quantiles()
+        table.add_row(
+            result.policy,
+            f"{result.num_requests:,}",
+            f"{result.attainment:.2%}",
+            f"{result.goodput_rps:.3f}",
+            _ms(q["ttft_p50_s"]),
+            _ms(q["ttft_p99_s"]),
+            _ms(q["itl_p50_s"]),
+            _ms(q["itl_p99_s"]),
+            f"{result.gpu_hours:.2f}",
+            f"{result.cost_usd:.2f}",
+            str(len(result.scale_events)),
+        )
+    console.print(table)
+    for result in results:
+        for note in result.notes:
+            console.print(f"  {result.policy}: {note}", highlight=False)
+    text = console.export_text()
+    return text if text.endswith("\n") else text + "\n"

@@ -1,0 +1,112 @@
+"""What the demo runs: the LLMService it creates and the load it drives, with the reasons.
+
+The engine pods are engine simulators (the pod runner maps the vLLM image to `tokenpilot
+engine-sim` with the rendered args), timed by the H100-80GB step model for Llama 3.1 8B.
+Why these figures:
+
+- `--time-scale 0.1`: the simulated GPU runs ten times slower than real time, so every
+  streamed token costs the client and the simulator ten times less CPU; a laptop with two
+  cores can then carry four replicas' worth of tokens. Latencies the engines report (and the
+  autoscaler reads) are engine seconds; the demo's client-side figures are converted to engine
+  seconds too, so everything compares against the SLO as on a real GPU.
+- `maxNumSeqs: 16`: one replica then serves about two requests a second (wall clock) of 2,048
+  prompt and 64 output tokens, so a burst of six a second overloads it for real: requests
+  queue in the engine, and only more replicas drain the queue. The token budget is left to the
+  operator's tuner (`auto`).
+- `scaleDownStabilization: 20s` instead of the 300 s default, so the return to minReplicas
+  fits in the demo; the operator also shortens its scale-down step interval to the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot_lab.loadgen import LoadPlan, Phase
+
+NAMESPACE = "demo"
+SERVICE = "llama-8b"
+GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    time_scale: float = 0.1
+    min_replicas: int = 1
+    max_replicas: int = 4
+    max_num_seqs: int = 16
+    itl_p99_slo: str = "50ms"
+    itl_p99_slo_s: float = 0.050
+    ttft_p99_slo: str = "2s"
+    target_queue_per_replica: float = 4.0
+    interval: str = "5s"
+    scale_down_stabilization: str = "20s"
+    scale_down_stabilization_s: float = 20.0
+    num_prompt_tokens: int = 2048
+    max_tokens: int = 64
+    quiet_s: float = 25.0
+    quiet_rate_per_s: float = 1.0
+    burst_s: float = 50.0
+    burst_rate_per_s: float = 6.0
+    # The cool-down ends early once the service is back at minReplicas (and stays so briefly).
+    cool_down_s: float = 100.0
+    cool_down_rate_per_s: float = 1.0
+    # Bounds on the whole run: setup waits, and the hard stop of the load.
+    ready_timeout_s: float = 120.0
+    sample_interval_s: float = 1.0
+
+    def plan(self) -> LoadPlan:
+        phases = (
+            Phase("quiet", self.quiet_s, self.quiet_rate_per_s),
+            Phase("burst", self.burst_s, self.burst_rate_per_s),
+            Phase("cool-down", self.cool_down_s, self.cool_down_rate_per_s),
+        )
+        return LoadPlan(
+            phases=tuple(
+                Phase(p.name, p.duration_s, p.rate_per_s, self.num_prompt_tokens, self.max_tokens)
+                for p in phases
+            ),
+            max_requests=5_000,
+            max_in_flight=400,
+            request_timeout_s=120.0,
+            drain_timeout_s=5.0,
+            seed=7,
+        )
+
+
+def service_manifest(settings: DemoSettings) -> dict[str, Any]:
+    """The demo's LLMService: one H100 per replica, autoscaled on queue and P99 ITL."""
+    return {
+        "apiVersion": "serving.tokenpilot.dev/v1alpha1",
+        "kind": "LLMService",
+        "metadata": {"name": SERVICE, "namespace": NAMESPACE},
+        "spec": {
+            "model": {
+                "name": "llama-3.1-8b-instruct",
+                "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                "shape": {"preset": "llama-3.1-8b"},
+            },
+            "engine": {
+                "image": "vllm/vllm-openai:v0.10.1.1",
+                "maxModelLen": 8192,
+                "extraArgs": ["--time-scale", f"{settings.time_scale:g}"],
+            },
+            "accelerator": {"sku": "auto"},
+            "batching": {
+                "chunkedPrefill": True,
+                "maxNumBatchedTokens": "auto",
+                "maxNumSeqs": settings.max_num_seqs,
+                "profile": "interactive",
+            },
+            "slo": {"itlP99": settings.itl_p99_slo, "ttftP99": settings.ttft_p99_slo},
+            "autoscaling": {
+                "enabled": True,
+                "minReplicas": settings.min_replicas,
+                "maxReplicas": settings.max_replicas,
+                "targetQueueDepthPerReplica": settings.target_queue_per_replica,
+                "interval": settings.interval,
+                "scaleDownStabilization": settings.scale_down_stabilization,
+            },
+            "replicas": settings.min_replicas,
+        },
+    }

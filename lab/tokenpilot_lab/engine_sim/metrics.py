@@ -1,0 +1,156 @@
+"""vLLM's Prometheus families, filled from engine steps and finished requests.
+
+The families come from `tokenpilot.core.vllm_metrics`, so names, types, labels and bucket edges
+are the table's. Times observed are engine (virtual) seconds: under `--time-scale` the
+histograms show what the modelled GPU would show.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tokenpilot.core import vllm_metrics as vm
+from tokenpilot_lab.sim import RequestStats, StepResult
+
+_ENGINE_INDEX = "0"
+
+
+class EngineMetrics:
+    """One registry per server, labelled with the served model name and engine 0."""
+
+    def __init__(self, model_name: str, max_model_len: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.model_name = model_name
+        counters: dict[str, Counter] = {}
+        gauges: dict[str, Gauge] = {}
+        histograms: dict[str, Histogram] = {}
+        for family in vm.FAMILIES:
+            common = {
+                "name": family.name,
+                "documentation": family.documentation,
+                "labelnames": family.label_names,
+                "registry": self.registry,
+            }
+            metric: Counter | Gauge | Histogram
+            if family.type is vm.MetricType.counter:
+                metric = counters[family.name] = Counter(**common)  # type: ignore[arg-type]
+            elif family.type is vm.MetricType.gauge:
+                metric = gauges[family.name] = Gauge(**common)  # type: ignore[arg-type]
+            else:
+                edges = family.bucket_edges(max_model_len)
+                metric = histograms[family.name] = Histogram(buckets=edges, **common)  # type: ignore[arg-type]
+            self._create_series(family, metric)
+        self._cache_config_info = gauges["vllm:cache_config_info"]
+        labels = (model_name, _ENGINE_INDEX)
+
+        def counter(name: str) -> Counter:
+            return counters[name].labels(*labels)
+
+        def gauge(name: str) -> Gauge:
+            return gauges[name].labels(*labels)
+
+        def histogram(name: str) -> Histogram:
+            return histograms[name].labels(*labels)
+
+        self.running = gauge(vm.NUM_REQUESTS_RUNNING)
+        self.waiting = gauge(vm.NUM_REQUESTS_WAITING)
+        self.waiting_capacity = gauges["vllm:num_requests_waiting_by_reason"].labels(
+            *labels, "capacity"
+        )
+        self.kv_usage = gauge(vm.KV_CACHE_USAGE_PERC)
+        self.preemptions = counter(vm.NUM_PREEMPTIONS)
+        self.prompt_tokens = counter(vm.PROMPT_TOKENS)
+        self.prompt_tokens_computed = counters["vllm:prompt_tokens_by_source"].labels(
+            *labels, "local_compute"
+        )
+        self.generation_tokens = counter(vm.GENERATION_TOKENS)
+        self.iteration_tokens = histogram(vm.ITERATION_TOKENS_TOTAL)
+        self.ttft = histogram(vm.TIME_TO_FIRST_TOKEN_SECONDS)
+        self.itl = histogram(vm.INTER_TOKEN_LATENCY_SECONDS)
+        self.tpot = histogram(vm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS)
+        self.e2e = histogram(vm.E2E_REQUEST_LATENCY_SECONDS)
+        self.queue = histogram(vm.REQUEST_QUEUE_TIME_SECONDS)
+        self.inference = histogram("vllm:request_inference_time_seconds")
+        self.prefill = histogram("vllm:request_prefill_time_seconds")
+        self.decode = histogram("vllm:request_decode_time_seconds")
+        self.req_prompt = histogram("vllm:request_prompt_tokens")
+        self.req_generation = histogram("vllm:request_generation_tokens")
+        self.req_max_generation = histogram("vllm:request_max_num_generation_tokens")
+        self.req_max_tokens = histogram("vllm:request_params_max_tokens")
+        self.req_n = histogram("vllm:request_params_n")
+        self.req_preemptions = histogram("vllm:request_num_preemptions")
+        self.req_kv_computed = histogram("vllm:request_prefill_kv_computed_tokens")
+        self.success = {
+            reason: counters[vm.REQUEST_SUCCESS].labels(*labels, reason)
+            for reason in vm.FINISHED_REASONS
+        }
+        gauges["vllm:engine_sleep_state"].labels(*labels, "awake").set(1)
+
+    def _create_series(self, family: vm.MetricFamily, metric: Counter | Gauge | Histogram) -> None:
+        """Create the series vLLM shows from the start, so every family has samples at zero."""
+        if family.name == "vllm:cache_config_info":
+            return  # set once the KV cache is sized, see set_cache_config
+        fixed = {"model_name": self.model_name, "engine": _ENGINE_INDEX}
+        base = {name: fixed[name] for name in family.label_names if name in fixed}
+        if not family.label_values:
+            metric.labels(**base)
+            return
+        for label, values in family.label_values:
+            for value in values:
+                metric.labels(**base, **{label: value})
+
+    def set_cache_config(self, info: dict[str, str]) -> None:
+        """The cache_config_info series: every label vLLM has, "None" where we have nothing."""
+        values = {name: "None" for name in vm.CACHE_CONFIG_INFO_LABELS}
+        values.update(info)
+        values["engine"] = _ENGINE_INDEX
+        self._cache_config_info.labels(**values).set(1)
+
+    def observe_step(
+        self,
+        result: StepResult,
+        itl_s: list[float],
+        ttft_s: list[float],
+        num_prompt_tokens_done: int,
+    ) -> None:
+        """Record one step: its tokens, the gaps and first tokens it produced."""
+        # As vLLM counts it: the prompts that finished prefill in this step (whole, not the
+        # chunk scheduled now) plus the tokens sampled; not the step's batch size.
+        self.iteration_tokens.observe(num_prompt_tokens_done + len(result.emitted))
+        self.generation_tokens.inc(len(result.emitted))
+        self.prompt_tokens.inc(num_prompt_tokens_done)
+        self.prompt_tokens_computed.inc(num_prompt_tokens_done)
+        if result.preempted:
+            self.preemptions.inc(len(result.preempted))
+        for gap in itl_s:
+            self.itl.observe(gap)
+        for ttft in ttft_s:
+            self.ttft.observe(ttft)
+
+    def observe_finished(self, stats: RequestStats, max_tokens: int) -> None:
+        self.success.get(stats.finish_reason, self.success["stop"]).inc()
+        self.e2e.observe(stats.e2e_s)
+        self.queue.observe(stats.queue_s)
+        self.inference.observe(stats.finish_s - stats.first_scheduled_s)
+        self.prefill.observe(stats.first_token_s - stats.first_scheduled_s)
+        self.decode.observe(stats.finish_s - stats.first_token_s)
+        self.tpot.observe(stats.tpot_s)
+        self.req_prompt.observe(stats.num_prompt_tokens)
+        self.req_generation.observe(stats.num_output_tokens)
+        self.req_max_generation.observe(max_tokens)
+        self.req_max_tokens.observe(max_tokens)
+        self.req_n.observe(1)
+        self.req_preemptions.observe(stats.num_preemptions)
+        self.req_kv_computed.observe(stats.num_prompt_tokens)
+
+    def observe_aborted(self) -> None:
+        self.success["abort"].inc()
+
+    def set_gauges(self, num_running: int, num_waiting: int, kv_cache_usage: float) -> None:
+        self.running.set(num_running)
+        self.waiting.set(num_waiting)
+        self.waiting_capacity.set(num_waiting)
+        self.kv_usage.set(kv_cache_usage)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,24 @@
+"""The fleet simulator: a trace through N engine replicas under an autoscaling policy.
+
+Pure and in virtual time. `simulate()` runs one policy; `policies` holds the baselines
+(static-peak, HPA, KEDA, AIBrix KPA) and the TokenPilot wrapper; `sizing` finds the static
+fleet for a trace's peak. Results carry per-request latencies, GPU-hours, cost, scale events
+and a timeline for plotting.
+"""
+
+from tokenpilot_lab.fleet.config import DEFAULT_COLD_START_S, FleetConfig
+from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline
+from tokenpilot_lab.fleet.simulator import simulate
+from tokenpilot_lab.fleet.view import FleetView, MetricsSource, PodSample
+
+__all__ = [
+    "DEFAULT_COLD_START_S",
+    "FleetConfig",
+    "FleetResult",
+    "FleetView",
+    "MetricsSource",
+    "PodSample",
+    "ScaleEvent",
+    "Timeline",
+    "simulate",
+]

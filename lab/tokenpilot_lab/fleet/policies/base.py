@@ -1,0 +1,29 @@
+"""What the fleet simulator asks of an autoscaling policy under test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleChoice:
+    """A policy's answer: the replica count it wants and why, in words."""
+
+    replicas: int
+    reason: str
+
+
+class FleetPolicy(Protocol):
+    """A stateful autoscaler evaluated every `interval_s` seconds of virtual time.
+
+    One instance serves one run: windows and stabilization state live on the instance.
+    """
+
+    name: str
+    interval_s: float
+    source: MetricsSource
+
+    def decide(self, view: FleetView) -> ScaleChoice: ...

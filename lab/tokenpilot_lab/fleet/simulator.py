@@ -1,0 +1,354 @@
+"""The fleet in virtual time: replicas of the engine model behind a balancer, under a policy.
+
+The loop, one iteration per event (an arrival, a scrape, a policy evaluation, a replica
+becoming Ready, a timeline sample), in time order:
+1. Advance every live engine to the event time (`Engine.advance_until`), collecting finished
+   requests; a draining replica with nothing left in flight is gone.
+2. Starting replicas whose cold start has elapsed become Ready and take queued requests.
+3. Arrivals go to the Ready, non-draining replica with the fewest requests in flight (least
+   outstanding requests; ties to the oldest replica). With no Ready replica they wait at the
+   balancer.
+4. Scrapes record metrics; on its interval the policy sees a `FleetView` and its choice is
+   applied: new replicas start cold, removed ones (starting first, then the newest Ready)
+   stop taking requests and drain.
+After the trace's last second no policy runs; the engines drain what they hold. GPU time is
+billed from a replica's creation until it is gone, or until the run ends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
+from tokenpilot_lab.fleet.config import FleetConfig
+from tokenpilot_lab.fleet.policies.base import FleetPolicy
+from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
+from tokenpilot_lab.fleet.view import FleetView, MetricsSource, PodSample
+from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
+from tokenpilot_lab.sim.request import InvalidRequest
+from tokenpilot_lab.workload import Trace
+
+ProgressFn = Callable[[float], None]
+
+
+class _Replica:
+    __slots__ = (
+        "created_s",
+        "ended_s",
+        "engine",
+        "index",
+        "itl",
+        "name",
+        "outstanding",
+        "ready_s",
+        "removed_s",
+        "ttft",
+    )
+
+    def __init__(self, index: int, engine: Engine, created_s: float, ready_s: float) -> None:
+        self.index = index
+        self.name = f"replica-{index}"
+        # The engine's own histograms, as its /metrics would expose them.
+        self.ttft = BucketCounter(TTFT_BUCKETS_S)
+        self.itl = BucketCounter(ITL_BUCKETS_S)
+        self.engine = engine
+        self.created_s = created_s
+        self.ready_s = ready_s
+        self.removed_s: float | None = None
+        self.ended_s: float | None = None
+        self.outstanding = 0
+
+
+class FleetSimulation:
+    """One run of one policy over one trace. Call `run()` once."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: FleetPolicy,
+        config: FleetConfig,
+        engine_config: EngineConfig,
+        timer: StepTimer,
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.config = config
+        self.engine_config = engine_config
+        self.timer = timer
+        n = trace.num_requests
+        self._arrival_s = [r.arrival_s for r in trace.requests]
+        self._ttft_s = [math.nan] * n
+        self._itl_p99_s = [math.nan] * n
+        self._num_met = 0
+        self._num_rejected = 0
+        self._replicas: list[_Replica] = []
+        self._live: list[_Replica] = []
+        self._pending: deque[int] = deque()
+        # Not yet Ready, in Ready-time order (one cold start for all, created in time order).
+        self._starting: deque[_Replica] = deque()
+        self._last_pods: tuple[PodSample, ...] = ()
+        self._last_scrape_s = 0.0
+        self._events: list[ScaleEvent] = []
+        self._series_t: list[float] = []
+        self._series_spec: list[int] = []
+        self._series_ready: list[int] = []
+        self._series_running: list[int] = []
+        self._series_waiting: list[int] = []
+        self._last_finish_s = 0.0
+
+    # ----- fleet state ----------------------------------------------------------------------
+
+    def _new_replica(self, created_s: float, ready_s: float) -> None:
+        replica = _Replica(
+            len(self._replicas), Engine(self.engine_config, self.timer), created_s, ready_s
+        )
+        self._replicas.append(replica)
+        self._live.append(replica)
+        if ready_s > created_s:
+            self._starting.append(replica)
+
+    def _serving(self, now_s: float) -> list[_Replica]:
+        return [r for r in self._live if r.removed_s is None and r.ready_s <= now_s]
+
+    def _spec_replicas(self) -> int:
+        return sum(1 for r in self._live if r.removed_s is None)
+
+    # ----- the loop ---------------------------------------------------------------------------
+
+    def run(self, progress: ProgressFn | None = None) -> FleetResult:
+        cfg, policy, trace = self.config, self.policy, self.trace
+        duration_s = trace.duration_s
+        for _ in range(cfg.start_replicas):
+            self._new_replica(0.0, 0.0)
+        requests = trace.requests
+        num_requests = len(requests)
+        prometheus = policy.source is MetricsSource.prometheus
+        next_arrival = 0
+        next_scrape_s = 0.0 if prometheus else math.inf
+        next_tick_s = policy.interval_s
+        next_series_s = 0.0
+        next_progress_s = 0.0
+        progress_step_s = max(duration_s / 200.0, 1e-9)
+        inf = math.inf
+
+        while True:
+            t_arrival = self._arrival_s[next_arrival] if next_arrival < num_requests else inf
+            starting = self._starting
+            t_ready = starting[0].ready_s if starting else inf
+            t_clock = min(next_scrape_s, next_tick_s, next_series_s)
+            if t_clock > duration_s:
+                t_clock = inf
+            now_s = min(t_arrival, t_ready, t_clock)
+            if now_s == inf:
+                break
+            self._advance(now_s)
+            if t_ready <= now_s:
+                while starting and starting[0].ready_s <= now_s:
+                    starting.popleft()
+                self._dispatch_pending(now_s)
+            while next_arrival < num_requests and self._arrival_s[next_arrival] <= now_s:
+                self._dispatch(next_arrival, now_s)
+                next_arrival += 1
+            if next_scrape_s <= now_s:
+                self._scrape(now_s)
+                next_scrape_s += cfg.scrape_interval_s
+            if next_tick_s <= now_s:
+                self._evaluate(now_s)
+                next_tick_s += policy.interval_s
+            if next_series_s <= now_s:
+                self._series_t.append(now_s)
+                self._series_spec.append(self._spec_replicas())
+                self._series_ready.append(len(self._serving(now_s)))
+                self._series_running.append(sum(r.engine.num_running for r in self._live))
+                self._series_waiting.append(
+                    sum(r.engine.num_waiting for r in self._live) + len(self._pending)
+                )
+                next_series_s += cfg.series_interval_s
+            if progress is not None and now_s >= next_progress_s:
+                progress(min(1.0, now_s / duration_s) if duration_s > 0 else 1.0)
+                next_progress_s = now_s + progress_step_s
+
+        end_s = self._drain(duration_s)
+        if progress is not None:
+            progress(1.0)
+        return self._result(end_s)
+
+    def _advance(self, now_s: float) -> None:
+        ended = False
+        for replica in self._live:
+            engine = replica.engine
+            if engine.idle:
+                continue
+            for event in engine.advance_until(now_s):
+                self._on_event(replica, event)
+            if replica.removed_s is not None and replica.outstanding == 0:
+                replica.ended_s = max(replica.removed_s, engine.now_s)
+                ended = True
+        if ended:
+            self._live = [r for r in self._live if r.ended_s is None]
+
+    def _on_event(self, replica: _Replica, event: object) -> None:
+        if type(event) is Finished:
+            stats = event.stats
+            index = int(stats.request_id)
+            ttft_s = stats.first_token_s - stats.arrival_s
+            itl_p99_s = request_itl_p99_s(stats.itl_s or ())
+            self._ttft_s[index] = ttft_s
+            self._itl_p99_s[index] = itl_p99_s
+            if ttft_s <= self.config.ttft_slo_s and itl_p99_s <= self.config.itl_slo_s:
+                self._num_met += 1
+            replica.outstanding -= 1
+            if stats.finish_s > self._last_finish_s:
+                self._last_finish_s = stats.finish_s
+        elif type(event) is FirstToken:
+            index = int(event.request_id)
+            replica.ttft.observe(event.time_s - self._arrival_s[index])
+
+    def _dispatch(self, index: int, now_s: float) -> None:
+        best: _Replica | None = None
+        for replica in self._live:
+            if (
+                replica.removed_s is None
+                and replica.ready_s <= now_s
+                and (best is None or replica.outstanding < best.outstanding)
+            ):
+                best = replica
+        if best is None:
+            self._pending.append(index)
+            return
+        request = self.trace.requests[index]
+        try:
+            best.engine.submit(
+                SimRequest(str(index), request.num_prompt_tokens, request.num_output_tokens),
+                now_s,
+            )
+        except InvalidRequest:
+            # vLLM answers 400 for a prompt beyond max_model_len: counted, never retried.
+            self._num_rejected += 1
+            return
+        best.outstanding += 1
+
+    def _dispatch_pending(self, now_s: float) -> None:
+        pending = self._pending
+        self._pending = deque()
+        while pending:
+            self._dispatch(pending.popleft(), now_s)
+
+    def _scrape(self, now_s: float) -> None:
+        pods: list[PodSample] = []
+        for replica in self._serving(now_s):
+            engine = replica.engine
+            log = engine.drain_step_log()
+            replica.itl.observe_steps(log.duration_s, log.num_decode_tokens)
+            pods.append(
+                PodSample(
+                    name=replica.name,
+                    at_s=now_s,
+                    num_requests_running=engine.num_running,
+                    num_requests_waiting=engine.num_waiting,
+                    kv_cache_usage=engine.kv_cache_usage,
+                    ttft_buckets=replica.ttft.cumulative(),
+                    itl_buckets=replica.itl.cumulative(),
+                )
+            )
+        # Draining replicas are no longer scraped (not Ready); their step logs are let go.
+        for replica in self._live:
+            if replica.removed_s is not None:
+                replica.engine.drain_step_log()
+        self._last_pods = tuple(pods)
+        self._last_scrape_s = now_s
+
+    def _evaluate(self, now_s: float) -> None:
+        policy = self.policy
+        if policy.source is MetricsSource.pods:
+            self._scrape(now_s)
+        spec = self._spec_replicas()
+        num_ready = len(self._serving(now_s))
+        view = FleetView(
+            now_s=now_s,
+            scraped_at_s=self._last_scrape_s,
+            spec_replicas=spec,
+            num_ready=num_ready,
+            num_starting=spec - num_ready,
+            pods=self._last_pods,
+        )
+        choice = policy.decide(view)
+        desired = max(self.config.min_replicas, min(self.config.max_replicas, choice.replicas))
+        if desired != spec:
+            self._events.append(ScaleEvent(now_s, spec, desired, choice.reason))
+            self._scale(now_s, spec, desired)
+
+    def _scale(self, now_s: float, spec: int, desired: int) -> None:
+        if desired > spec:
+            for _ in range(desired - spec):
+                self._new_replica(now_s, now_s + self.config.cold_start_s)
+            return
+        # Kubernetes removes pods that are not Ready first, then the newest.
+        victims = sorted(
+            (r for r in self._live if r.removed_s is None),
+            key=lambda r: (r.ready_s <= now_s, -r.created_s, -r.index),
+        )
+        for replica in victims[: spec - desired]:
+            replica.removed_s = now_s
+            if replica.outstanding == 0:
+                replica.ended_s = now_s
+        self._live = [r for r in self._live if r.ended_s is None]
+
+    def _drain(self, duration_s: float) -> float:
+        """Finish what the engines hold; requests still at the balancer are unserved."""
+        for replica in self._live:
+            for event in replica.engine.drain():
+                self._on_event(replica, event)
+        end_s = max(duration_s, self._last_finish_s)
+        for replica in self._live:
+            if replica.removed_s is not None:
+                replica.ended_s = max(replica.removed_s, replica.engine.now_s)
+        return end_s
+
+    def _result(self, end_s: float) -> FleetResult:
+        cfg = self.config
+        gpu_s = 0.0
+        for replica in self._replicas:
+            stop_s = end_s if replica.ended_s is None else min(replica.ended_s, end_s)
+            gpu_s += max(0.0, stop_s - replica.created_s) * cfg.gpus_per_replica
+        gpu_hours = gpu_s / 3600.0
+        notes = []
+        if self._num_rejected:
+            notes.append(f"{self._num_rejected} request(s) rejected: longer than max_model_len")
+        if self._pending:
+            notes.append(f"{len(self._pending)} request(s) never reached a Ready replica")
+        return FleetResult(
+            policy=self.policy.name,
+            num_requests=self.trace.num_requests,
+            num_met=self._num_met,
+            num_rejected=self._num_rejected,
+            num_unserved=len(self._pending),
+            duration_s=self.trace.duration_s,
+            ttft_s=tuple(self._ttft_s),
+            itl_p99_s=tuple(self._itl_p99_s),
+            gpu_hours=gpu_hours,
+            cost_usd=gpu_hours * cfg.usd_per_gpu_hour,
+            scale_events=tuple(self._events),
+            timeline=Timeline(
+                tuple(self._series_t),
+                tuple(self._series_spec),
+                tuple(self._series_ready),
+                tuple(self._series_running),
+                tuple(self._series_waiting),
+            ),
+            notes=tuple(notes),
+        )
+
+
+def simulate(
+    trace: Trace,
+    policy: FleetPolicy,
+    config: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    progress: ProgressFn | None = None,
+) -> FleetResult:
+    """Replay `trace` through a fleet scaled by `policy`; see the module docstring."""
+    return FleetSimulation(trace, policy, config, engine_config, timer).run(progress)

@@ -1,0 +1,188 @@
+"""Sizing a static fleet for a trace's peak, and the per-replica load it carries there.
+
+The peak is the window (default 5 min) with the most prompt plus output tokens. The fewest
+replicas whose fixed fleet meets the attainment goal on that window are found by doubling and
+then bisection (attainment does not fall as replicas are added: the balancer only spreads load
+thinner).
+
+The HPA and KPA baselines need a target in running requests per replica: what one replica
+carries while still meeting the SLOs. It is measured, not guessed: the peak window is replayed
+on one replica at rising rates (doubling, then bisection on the rate factor) and the target is
+the mean running requests at the fastest rate that still meets the attainment goal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tokenpilot_lab.fleet.config import FleetConfig
+from tokenpilot_lab.fleet.policies.static import StaticPolicy
+from tokenpilot_lab.fleet.results import FleetResult
+from tokenpilot_lab.fleet.simulator import simulate
+from tokenpilot_lab.sim import EngineConfig, StepTimer
+from tokenpilot_lab.workload import Trace, scale_rate, window
+
+MAX_RATE_FACTOR = 64.0
+MIN_RATE_FACTOR = 1.0 / 64
+NUM_BISECTIONS = 5
+
+DEFAULT_PEAK_WINDOW_S = 300.0
+DEFAULT_MIN_ATTAINMENT = 0.99
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    replicas: int
+    target_running_per_replica: float
+    peak_start_s: float
+    peak_window_s: float
+    peak_attainment: float
+    reason: str
+
+
+def size_for_peak(
+    trace: Trace,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    *,
+    peak_window_s: float = DEFAULT_PEAK_WINDOW_S,
+    min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+) -> Sizing:
+    """The static fleet for the hardest of two windows: the busiest by tokens, and the first
+    (a trace may open on a burst the token count does not single out)."""
+    busiest = _size_window(
+        trace,
+        trace.peak_window_start_s(peak_window_s),
+        peak_window_s,
+        "busiest",
+        fleet,
+        engine_config,
+        timer,
+        min_attainment,
+    )
+    opening = size_for_opening(
+        trace, fleet, engine_config, timer, window_s=peak_window_s, min_attainment=min_attainment
+    )
+    if opening.replicas > busiest.replicas:
+        return replace(opening, target_running_per_replica=busiest.target_running_per_replica)
+    return busiest
+
+
+def size_for_opening(
+    trace: Trace,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    *,
+    window_s: float = DEFAULT_PEAK_WINDOW_S,
+    min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+) -> Sizing:
+    """The fleet the first `window_s` needs: where autoscalers start, as if the trace were cut
+    from a longer day whose fleet had already adapted to the load."""
+    return _size_window(trace, 0.0, window_s, "first", fleet, engine_config, timer, min_attainment)
+
+
+def _size_window(
+    trace: Trace,
+    start_s: float,
+    window_s: float,
+    label: str,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    min_attainment: float,
+) -> Sizing:
+    peak_window_s = window_s
+    end_s = min(trace.duration_s, start_s + window_s)
+    peak = window(trace, start_s, end_s) if end_s > start_s else trace
+    runs: dict[int, FleetResult] = {}
+
+    def run(n: int) -> FleetResult:
+        if n not in runs:
+            config = replace(fleet, initial_replicas=n)
+            runs[n] = simulate(peak, StaticPolicy(n), config, engine_config, timer)
+        return runs[n]
+
+    def meets(n: int) -> bool:
+        return run(n).servable_attainment >= min_attainment
+
+    # low fails (or is below the floor), high is the candidate; never fewer than min_replicas.
+    low, high = fleet.min_replicas - 1, fleet.min_replicas
+    while not meets(high) and high < fleet.max_replicas:
+        low, high = high, min(fleet.max_replicas, max(high * 2, 1))
+    if meets(high):
+        while high - low > 1:
+            mid = (low + high) // 2
+            if meets(mid):
+                high = mid
+            else:
+                low = mid
+        reason = (
+            f"{high} replica(s) meet {min_attainment:.0%} on the {label} {peak_window_s:g} s "
+            f"(from {start_s:.0f} s)"
+        )
+    else:
+        reason = (
+            f"even max_replicas={fleet.max_replicas} reaches only "
+            f"{run(high).servable_attainment:.1%} on the {label} {peak_window_s:g} s"
+        )
+    result = run(high)
+    return Sizing(
+        replicas=high,
+        target_running_per_replica=_capacity_running(
+            peak, fleet, engine_config, timer, min_attainment
+        ),
+        peak_start_s=start_s,
+        peak_window_s=end_s - start_s,
+        peak_attainment=result.servable_attainment,
+        reason=reason,
+    )
+
+
+def _capacity_running(
+    peak: Trace,
+    fleet: FleetConfig,
+    engine_config: EngineConfig,
+    timer: StepTimer,
+    min_attainment: float,
+) -> float:
+    """Mean running requests on one replica at the fastest replay of `peak` that meets the goal."""
+    one = replace(fleet, initial_replicas=1, min_replicas=1, max_replicas=1)
+
+    def run(factor: float) -> FleetResult:
+        return simulate(scale_rate(peak, factor), StaticPolicy(1), one, engine_config, timer)
+
+    def mean_running(result: FleetResult) -> float:
+        running = result.timeline.num_running
+        return sum(running) / len(running) if running else 0.0
+
+    if not peak.requests:
+        return 1.0
+    # Bracket the fastest passing rate: from x1 double up until it fails, or halve down until
+    # it passes; then bisect between the two.
+    good: float | None = None
+    bad: float | None = None
+    best = 0.0
+    factor = 1.0
+    while MIN_RATE_FACTOR <= factor <= MAX_RATE_FACTOR:
+        result = run(factor)
+        if result.servable_attainment >= min_attainment:
+            good, best = factor, mean_running(result)
+            if bad is not None:
+                break
+            factor *= 2
+        else:
+            bad = factor
+            if good is not None:
+                break
+            factor /= 2
+    if bad is not None and good is not None:
+        for _ in range(NUM_BISECTIONS):
+            mid = (good + bad) / 2
+            result = run(mid)
+            if result.servable_attainment >= min_attainment:
+                good, best = mid, mean_running(result)
+            else:
+                bad = mid
+    return max(1.0, round(best, 1))

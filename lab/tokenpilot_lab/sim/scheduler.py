@@ -1,0 +1,97 @@
+"""One scheduling decision, after vLLM V1's scheduler (no prefix cache, no spec decode).
+
+The algorithm, as in vLLM V1:
+1. Walk the running queue in order. Each sequence asks for every token it has not computed
+   yet (1 for a decode, the rest of its prompt for a chunked prefill), capped by the token
+   budget left. If its KV blocks cannot grow, preempt the newest running sequence (free its
+   blocks, send it to the front of the waiting queue to recompute) and retry; if the sequence
+   itself was the newest, stop.
+2. Only if nothing was preempted, walk the waiting queue in arrival order while budget and
+   `max_num_seqs` allow: a sequence takes its whole prompt, or with chunked prefill the part
+   that fits the budget. Without chunked prefill a prompt larger than the budget left waits,
+   and so does everyone behind it (FCFS). A sequence whose blocks do not fit also waits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from tokenpilot_lab.sim.config import EngineConfig
+from tokenpilot_lab.sim.kv_cache import BlockPool
+from tokenpilot_lab.sim.request import Sequence
+
+
+@dataclass(slots=True)
+class Schedule:
+    """The decision for one step: who runs with how many tokens, and who was preempted."""
+
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_kv_tokens_read: int = 0
+
+
+def schedule(
+    config: EngineConfig,
+    pool: BlockPool,
+    running: list[Sequence],
+    waiting: deque[Sequence],
+    start_s: float,
+) -> Schedule:
+    """Decide one step starting at `start_s`, mutating queues and blocks (not token counts)."""
+    out = Schedule()
+    budget = config.max_num_batched_tokens
+    i = 0
+    while i < len(running) and budget > 0:
+        seq = running[i]
+        num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+        can_run = True
+        while not pool.allocate(seq, num_new):
+            victim = running.pop()
+            pool.free(victim)
+            victim.num_computed_tokens = 0
+            victim.num_preemptions += 1
+            waiting.appendleft(victim)
+            out.preempted.append(victim)
+            if victim is seq:
+                can_run = False
+                break
+        if not can_run:
+            break
+        _take(out, seq, num_new)
+        budget -= num_new
+        i += 1
+
+    if not out.preempted:
+        chunked = config.enable_chunked_prefill
+        while waiting and budget > 0 and len(running) < config.max_num_seqs:
+            seq = waiting[0]
+            if seq.arrival_s > start_s:
+                break
+            num_new = seq.num_tokens - seq.num_computed_tokens
+            if num_new > budget:
+                if not chunked:
+                    break
+                num_new = budget
+            if not pool.allocate(seq, num_new):
+                break
+            waiting.popleft()
+            running.append(seq)
+            if seq.first_scheduled_s is None:
+                seq.first_scheduled_s = start_s
+            _take(out, seq, num_new)
+            budget -= num_new
+    return out
+
+
+def _take(out: Schedule, seq: Sequence, num_new: int) -> None:
+    out.scheduled.append((seq, num_new))
+    # A decode feeds back one sampled token; anything else (first prefill, a chunk, or a
+    # recompute after preemption) is prompt work.
+    if num_new == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens:
+        out.num_decode_tokens += 1
+    else:
+        out.num_prefill_tokens += num_new
+    out.num_kv_tokens_read += seq.num_computed_tokens + num_new

@@ -1,0 +1,246 @@
+"""The Helm chart: lint, render every values combination in e2e/values/, and check what a
+platform team relies on (hardening, RBAC without wildcards, labels, embedded rules and
+dashboards equal to the generated ones, CRDs equal to crds/, bad values refused)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tokenpilot.cli import build_parser
+from tokenpilot.core.dashboards.files import RULES_PATH, dashboard_path, generated_files
+from tokenpilot_lab.devcluster import build
+from tokenpilot_lab.devcluster.errors import BinariesMissing
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "tokenpilot"
+VALUES = sorted((REPO / "e2e" / "values").glob("*.yaml"))
+STANDARD_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+}
+Manifest = dict[str, Any]
+
+
+def helm_binary() -> str:
+    # The pinned build: offline it renders for the dev cluster's Kubernetes version, which the
+    # chart's kubeVersion accepts (a stock `go install` helm assumes v1.20).
+    try:
+        return str(build.binary("helm"))
+    except BinariesMissing as exc:
+        pytest.fail(str(exc))
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def render(*values: Path, sets: tuple[str, ...] = ()) -> list[Manifest]:
+    args = ["template", "tp", str(CHART), "--namespace", "tokenpilot-system"]
+    for path in values:
+        args += ["-f", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def test_chart_crds_are_the_generated_crds() -> None:
+    generated = {p.name: p.read_bytes() for p in (REPO / "crds").glob("*.yaml")}
+    in_chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert generated, "crds/ is empty: run `tokenpilot crd`"
+    assert in_chart == generated, "run hack/sync-chart-crds.sh"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_helm_lint_is_clean(values: Path) -> None:
+    result = helm("lint", "--strict", str(CHART), "-f", str(values))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_every_object_carries_the_standard_labels(values: Path) -> None:
+    for manifest in render(values):
+        labels = manifest["metadata"].get("labels", {})
+        missing = STANDARD_LABELS - set(labels)
+        assert not missing, f"{manifest['kind']}/{manifest['metadata']['name']}: {missing}"
+
+
+def test_the_operator_deployment_is_hardened() -> None:
+    (deployment,) = by_kind(render(), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "--liveness=http://$(POD_IP):8080/healthz" in container["args"]
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9100}
+    assert container["image"] == "tokenpilot/operator:0.1.0"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda p: p.stem)
+def test_the_operator_accepts_every_flag_the_chart_passes(values: Path) -> None:
+    (deployment,) = by_kind(render(values), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    parser = build_parser(args)
+    try:
+        parser.parse_args(args)
+    except SystemExit:
+        pytest.fail(f"`tokenpilot {' '.join(args)}` is refused by the run command's parser")
+
+
+def test_cluster_role_has_no_wildcards_and_never_deletes() -> None:
+    manifests = render()
+    for role in by_kind(manifests, "ClusterRole") + by_kind(manifests, "Role"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: * in {field}"
+            assert "delete" not in rule["verbs"] and "deletecollection" not in rule["verbs"]
+
+
+def test_each_rbac_rule_says_what_it_is_for() -> None:
+    lines = (CHART / "templates" / "clusterrole.yaml").read_text().splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith("- apiGroups:"):
+            assert lines[index - 1].strip().startswith("#"), f"line {index + 1}: no comment"
+
+
+def test_configmaps_are_only_readable_in_the_release_namespace() -> None:
+    manifests = render()
+    cluster_resources = {
+        r
+        for role in by_kind(manifests, "ClusterRole")
+        for rule in role["rules"]
+        for r in rule["resources"]
+    }
+    assert "configmaps" not in cluster_resources
+    (role,) = by_kind(manifests, "Role")
+    assert role["metadata"]["namespace"] == "tokenpilot-system"
+
+
+def test_monitoring_values_embed_the_generated_rules_and_dashboards() -> None:
+    manifests = render(REPO / "e2e" / "values" / "monitoring.yaml")
+    files = generated_files()
+    (rule,) = by_kind(manifests, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(files[RULES_PATH])
+    (monitor,) = by_kind(manifests, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True and endpoint["port"] == "metrics"
+    boards = {
+        name: json.loads(text)
+        for cm in by_kind(manifests, "ConfigMap")
+        if cm["metadata"]["labels"].get("grafana_dashboard") == "1"
+        for name, text in cm["data"].items()
+    }
+    expected = {
+        Path(path).name: json.loads(text)
+        for path, text in files.items()
+        if path.startswith("dashboards/")
+    }
+    assert boards == expected
+    assert Path(dashboard_path("fleet")).name in boards
+
+
+def test_a_long_release_name_still_gives_unique_valid_names() -> None:
+    args = [
+        "template",
+        "r" * 53,
+        str(CHART),
+        "-f",
+        str(REPO / "e2e" / "values" / "monitoring.yaml"),
+    ]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    manifests = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    keys = [(m["kind"], m["metadata"]["name"]) for m in manifests]
+    assert len(keys) == len(set(keys)), "two objects of one kind share a name"
+    assert all(len(name) <= 63 for _, name in keys)
+
+
+def test_optional_objects_are_off_by_default() -> None:
+    kinds = {m["kind"] for m in render()}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    dashboards = [
+        cm
+        for cm in by_kind(render(), "ConfigMap")
+        if "grafana_dashboard" in cm["metadata"]["labels"]
+    ]
+    assert dashboards == []
+
+
+def test_custom_values_reach_the_operator() -> None:
+    manifests = render(REPO / "e2e" / "values" / "custom-profiles.yaml")
+    (deployment,) = by_kind(manifests, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--verbose" in container["args"]
+    assert container["image"] == "tokenpilot/operator@sha256:" + "0" * 64
+    (profiles,) = [
+        cm
+        for cm in by_kind(manifests, "ConfigMap")
+        if cm["metadata"]["name"].endswith("gpu-profiles")
+    ]
+    assert yaml.safe_load(profiles["data"]["l4.yaml"])["hourlyCostUsd"] == 0.55
+    assert (
+        f"--gpu-profiles-configmap=tokenpilot-system/{profiles['metadata']['name']}"
+        in (container["args"])
+    )
+
+
+def test_changing_a_gpu_profile_rolls_the_operator() -> None:
+    def checksum(*sets: str) -> str:
+        (deployment,) = by_kind(render(sets=sets), "Deployment")
+        return str(
+            deployment["spec"]["template"]["metadata"]["annotations"]["checksum/gpu-profiles"]
+        )
+
+    assert checksum() != checksum("gpuProfiles.l4.hourlyCostUsd=0.5")
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("replicaCount=2",), "/replicaCount"),
+        (("image.tag=latest",), "/image/tag"),
+        (("operator.watchNamespaces[0]=Not_A_Namespace",), "/operator/watchNamespaces/0"),
+        (("operator.metricsSource=prometheus",), "'metricsSource' not allowed"),
+        (("serviceMonitor.enable=true",), "'enable' not allowed"),
+        (("image.digest=sha256:abc",), "/image/digest"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(sets: tuple[str, ...], message: str) -> None:
+    args = ["template", "tp", str(CHART)]
+    for item in sets:
+        args += ["--set", item]
+    result = helm(*args)
+    assert result.returncode != 0
+    assert re.search(re.escape(message), result.stderr), result.stderr
