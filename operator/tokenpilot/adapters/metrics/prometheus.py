@@ -1,4 +1,4 @@
-"""The `prometheus` metrics source: the same signals as PromQL through prometheus-api-client.
+"""The `prometheus` metrics source: the same signals as PromQL, over Prometheus's HTTP API.
 
 The engine series are selected by the labels the scrape configuration puts on them (the pod's
 namespace and its `serving.tokenpilot.dev/llmservice` label, relabelled to `llmservice`, the
@@ -7,22 +7,21 @@ same pair the dashboards and rules use). P99s are `histogram_quantile(0.99, sum 
 from a missing metric) is `sum(increase(..._count{sel}[w]))`. The upper edge of the bucket
 holding the P99 comes from vLLM's bucket table.
 
-prometheus-api-client is synchronous, so queries run in a worker thread with a timeout.
-A server that cannot be reached or answers nonsense leaves every field None with the reason in
-`problems`; decide() then holds.
+The nine instant queries of one evaluation go out at once through one httpx client
+(`GET /api/v1/query`), under one timeout. A server that cannot be reached or answers nonsense
+leaves every field None with the reason in `problems`; decide() then holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from urllib3.util.retry import Retry
+import httpx
 
 from tokenpilot.adapters.metrics.base import ServiceTarget
 from tokenpilot.core import vllm_metrics
@@ -90,11 +89,9 @@ class PrometheusSource:
         self.url = url
         self.window_s = window_s
         self._timeout_s = timeout_s
-        self._session = requests.Session()
-        # No retries: the next evaluation is the retry, and a retrying thread would outlive
-        # the evaluation's timeout.
-        self._client = PrometheusConnect(
-            url=url, disable_ssl=True, session=self._session, retry=Retry(total=0)
+        # No retries: the next evaluation is the retry.
+        self._client = httpx.AsyncClient(
+            base_url=url.rstrip("/"), timeout=httpx.Timeout(timeout_s), verify=False
         )
 
     async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
@@ -102,27 +99,22 @@ class PrometheusSource:
         names = list(Queries.__dataclass_fields__)
         try:
             async with asyncio.timeout(self._timeout_s):
-                results = await asyncio.gather(
-                    *(asyncio.to_thread(self._scalar, getattr(exprs, n)) for n in names)
-                )
-        except TimeoutError:
+                results = await asyncio.gather(*(self._scalar(getattr(exprs, n)) for n in names))
+        except (TimeoutError, httpx.TimeoutException):
             return self._blind(target, now_s, f"no answer within {self._timeout_s:g} s")
-        # requests and the client raise a zoo of errors (connection, HTTP status, JSON); all
-        # mean the same thing here: this evaluation cannot see, so it holds.
-        except Exception as error:
+        # A refused connection, an error status or an answer that is not the query API's:
+        # all mean the same thing here, this evaluation cannot see, so it holds.
+        except (httpx.HTTPError, QueryError) as error:
             return self._blind(target, now_s, f"{type(error).__name__}: {error}")
         values = dict(zip(names, results, strict=True))
         return self._observation(target, now_s, values)
 
-    def _scalar(self, expr: str) -> tuple[float, float] | None:
+    async def _scalar(self, expr: str) -> tuple[float, float] | None:
         """(value, unix timestamp) of a single-series result; None for an empty result."""
-        result: Sequence[dict[str, Any]] = self._client.custom_query(
-            expr, timeout=math.ceil(self._timeout_s)
+        response = await self._client.get(
+            "/api/v1/query", params={"query": expr, "timeout": f"{math.ceil(self._timeout_s)}s"}
         )
-        if not result:
-            return None
-        timestamp, value = result[0]["value"]
-        return float(value), float(timestamp)
+        return instant_value(response.status_code, response.text)
 
     def _blind(self, target: ServiceTarget, now_s: float, why: str) -> Observation:
         return Observation(
@@ -179,7 +171,31 @@ class PrometheusSource:
         """Nothing is remembered per service; Prometheus keeps the history."""
 
     async def aclose(self) -> None:
-        self._session.close()
+        await self._client.aclose()
+
+
+class QueryError(ValueError):
+    """An answer that is not a successful instant-vector result of the query API."""
+
+
+def instant_value(status_code: int, body: str) -> tuple[float, float] | None:
+    """(value, unix timestamp) of the first series of an instant query's answer; None when the
+    vector is empty. Raises QueryError, quoting the server, for anything else."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise QueryError(f"HTTP {status_code}, not JSON: {body[:80]!r}") from None
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        error = answer.get("error") if isinstance(answer, dict) else None
+        raise QueryError(f"HTTP {status_code}: {error or body[:80]!r}")
+    result: Sequence[dict[str, Any]] = answer.get("data", {}).get("result") or []
+    if not result:
+        return None
+    try:
+        timestamp, value = result[0]["value"]
+        return float(value), float(timestamp)
+    except (KeyError, TypeError, ValueError):
+        raise QueryError(f"not an instant vector: {body[:80]!r}") from None
 
 
 def _latency(
