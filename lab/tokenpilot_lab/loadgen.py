@@ -40,7 +40,7 @@ class LoadError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Phase:
+class LoadPhase:
     """`duration_s` of Poisson arrivals at `rate_per_s`, each `num_prompt_tokens` in and
     `max_tokens` out."""
 
@@ -64,7 +64,7 @@ class Phase:
 
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
-    phases: tuple[Phase, ...]
+    phases: tuple[LoadPhase, ...]
     model: str | None = None  # None: the engine's first served model
     max_requests: int = 10_000
     max_in_flight: int = 512
@@ -88,7 +88,7 @@ class LoadPlan:
     def duration_s(self) -> float:
         return sum(p.duration_s for p in self.phases)
 
-    def phase_at(self, t_s: float) -> Phase | None:
+    def phase_at(self, t_s: float) -> LoadPhase | None:
         """The phase running `t_s` seconds after the start, or None after the last."""
         end_s = 0.0
         for phase in self.phases:
@@ -293,7 +293,7 @@ class LoadGenerator:
             if record.finished_at_s is None and record.error is None:
                 record.error = "cancelled: still running at the end of the drain timeout"
 
-    def _start(self, client: httpx.AsyncClient, phase: Phase) -> None:
+    def _start(self, client: httpx.AsyncClient, phase: LoadPhase) -> None:
         record = RequestRecord(phase.name, "", self.elapsed_s())
         self.records.append(record)
         task = asyncio.get_running_loop().create_task(self._request(client, phase, record))
@@ -301,7 +301,7 @@ class LoadGenerator:
         task.add_done_callback(self._in_flight.discard)
 
     async def _request(
-        self, client: httpx.AsyncClient, phase: Phase, record: RequestRecord
+        self, client: httpx.AsyncClient, phase: LoadPhase, record: RequestRecord
     ) -> None:
         endpoint = self.balancer.acquire()
         if endpoint is None:

@@ -20,8 +20,8 @@ from tokenpilot_lab.loadgen import (
     Balancer,
     LoadError,
     LoadGenerator,
+    LoadPhase,
     LoadPlan,
-    Phase,
     check_loopback,
     run_plan,
     summarize,
@@ -59,7 +59,7 @@ async def engines(*argvs: Sequence[str]) -> AsyncIterator[list[str]]:
 
 async def test_every_request_is_recorded_with_its_phase_ttft_and_token_gaps() -> None:
     plan = LoadPlan(
-        phases=(Phase("quiet", 1.0, 5.0, 64, 8), Phase("burst", 1.0, 20.0, 256, 8)), seed=1
+        phases=(LoadPhase("quiet", 1.0, 5.0, 64, 8), LoadPhase("burst", 1.0, 20.0, 256, 8)), seed=1
     )
     async with engines(["--time-scale", "1"]) as urls:
         result = await run_plan(plan, urls)
@@ -79,7 +79,9 @@ async def test_every_request_is_recorded_with_its_phase_ttft_and_token_gaps() ->
 
 async def test_an_overloaded_engine_shows_up_as_longer_time_to_first_token() -> None:
     # One sequence at a time: a burst has to queue in the engine, and the client sees it.
-    plan = LoadPlan(phases=(Phase("quiet", 2.0, 1.0, 64, 16), Phase("burst", 1.0, 30.0, 64, 16)))
+    plan = LoadPlan(
+        phases=(LoadPhase("quiet", 2.0, 1.0, 64, 16), LoadPhase("burst", 1.0, 30.0, 64, 16))
+    )
     async with engines(["--max-num-seqs", "1", "--time-scale", "0.5"]) as urls:
         result = await run_plan(plan, urls)
     summary = {s.name: s for s in summarize(result)}
@@ -89,7 +91,7 @@ async def test_an_overloaded_engine_shows_up_as_longer_time_to_first_token() -> 
 
 async def test_requests_go_to_the_engine_with_the_fewest_outstanding() -> None:
     # The slow engine holds its requests ten times longer, so it should get far fewer of them.
-    plan = LoadPlan(phases=(Phase("load", 2.0, 20.0, 16, 16),), seed=3)
+    plan = LoadPlan(phases=(LoadPhase("load", 2.0, 20.0, 16, 16),), seed=3)
     async with engines(["--time-scale", "1"], ["--time-scale", "0.1"]) as urls:
         result = await run_plan(plan, urls)
     fast, slow = (sum(1 for r in result.records if r.endpoint == url) for url in urls)
@@ -99,7 +101,7 @@ async def test_requests_go_to_the_engine_with_the_fewest_outstanding() -> None:
 
 async def test_the_run_is_bounded_in_requests_in_flight_and_time() -> None:
     plan = LoadPlan(
-        phases=(Phase("load", 1.0, 50.0, 16, 1000),),
+        phases=(LoadPhase("load", 1.0, 50.0, 16, 1000),),
         max_requests=20,
         max_in_flight=5,
         drain_timeout_s=1.0,
@@ -117,7 +119,7 @@ async def test_the_run_is_bounded_in_requests_in_flight_and_time() -> None:
 
 
 async def test_a_request_the_engine_refuses_is_recorded_as_an_error() -> None:
-    plan = LoadPlan(phases=(Phase("load", 0.5, 10.0, 16, 4),), model="not-served")
+    plan = LoadPlan(phases=(LoadPhase("load", 0.5, 10.0, 16, 4),), model="not-served")
     async with engines([]) as urls:
         result = await run_plan(plan, urls)
     assert result.records and all(r.error and "HTTP 404" in r.error for r in result.records)
@@ -128,7 +130,11 @@ async def test_endpoints_can_change_while_running() -> None:
     # clock: every request of phase a is sent before it and every one of phase b after it,
     # with half a second to spare on either side for a late wake-up on a busy machine.
     plan = LoadPlan(
-        phases=(Phase("a", 1.0, 20.0, 16, 2), Phase("gap", 1.0, 0.0), Phase("b", 1.0, 20.0, 16, 2))
+        phases=(
+            LoadPhase("a", 1.0, 20.0, 16, 2),
+            LoadPhase("gap", 1.0, 0.0),
+            LoadPhase("b", 1.0, 20.0, 16, 2),
+        )
     )
     async with engines([], []) as urls:
         balancer = Balancer([urls[0]])
@@ -168,13 +174,13 @@ def test_loopback_endpoints_are_accepted(url: str) -> None:
 @pytest.mark.parametrize(
     ("phase", "fragment"),
     [
-        (Phase("x", 0, 1), "duration"),
-        (Phase("x", 1, -1), "rate"),
-        (Phase("x", 1, 1, 0), "prompt tokens"),
-        (Phase("x", 1, 1, 1, 0), "max tokens"),
+        (LoadPhase("x", 0, 1), "duration"),
+        (LoadPhase("x", 1, -1), "rate"),
+        (LoadPhase("x", 1, 1, 0), "prompt tokens"),
+        (LoadPhase("x", 1, 1, 1, 0), "max tokens"),
     ],
 )
-def test_bad_phases_are_refused_naming_the_setting(phase: Phase, fragment: str) -> None:
+def test_bad_phases_are_refused_naming_the_setting(phase: LoadPhase, fragment: str) -> None:
     with pytest.raises(LoadError, match=fragment):
         LoadPlan(phases=(phase,)).check()
 

@@ -12,7 +12,7 @@ from tokenpilot_lab.demo.summary import (
     report,
     rolling_itl_p99_engine_s,
 )
-from tokenpilot_lab.loadgen import LoadPlan, Phase, RequestRecord
+from tokenpilot_lab.loadgen import LoadPhase, LoadPlan, RequestRecord
 
 
 def series(replicas: list[tuple[float, int, int]]) -> list[Sample]:
@@ -88,7 +88,7 @@ def test_rolling_itl_places_each_gap_when_its_token_arrived() -> None:
 
 def test_report_names_every_figure_the_demo_promises() -> None:
     plan = LoadPlan(
-        phases=(Phase("quiet", 10, 1), Phase("burst", 20, 5), Phase("cool-down", 30, 1))
+        phases=(LoadPhase("quiet", 10, 1), LoadPhase("burst", 20, 5), LoadPhase("cool-down", 30, 1))
     )
     samples = series([(0, 1, 1), (14, 3, 1), (20, 3, 3), (70, 1, 1)])
     out = report(samples=samples, records=[record("quiet", 1.0, [0.1] * 10)], plan=plan,

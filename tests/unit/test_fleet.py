@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
-from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsSource, simulate
+from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsDelivery, simulate
 from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
 from tokenpilot_lab.fleet.policies import ScaleChoice, StaticPolicy
 from tokenpilot_lab.fleet.sizing import size_for_peak
@@ -108,7 +108,7 @@ class Scripted:
     plan: dict[float, int]
     name: str = "scripted"
     interval_s: float = 5.0
-    source: MetricsSource = MetricsSource.pods
+    source: MetricsDelivery = MetricsDelivery.pods
     views: list[FleetView] = field(default_factory=list)
 
     def decide(self, view: FleetView) -> ScaleChoice:
@@ -161,7 +161,7 @@ def test_policies_see_vllm_histograms_and_the_balancer_spreads_load() -> None:
 def test_prometheus_sourced_views_lag_by_at_most_one_scrape() -> None:
     @dataclass
     class PromScripted(Scripted):
-        source: MetricsSource = MetricsSource.prometheus
+        source: MetricsDelivery = MetricsDelivery.prometheus
         interval_s: float = 7.0
 
     trace = poisson(2.0, 200.0, seed=4)

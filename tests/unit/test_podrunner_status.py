@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenpilot_lab.podrunner import probes
-from tokenpilot_lab.podrunner.status import Observation, status_patch
+from tokenpilot_lab.podrunner.status import ContainerState, status_patch
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:00:05Z"
@@ -53,7 +53,9 @@ def _conditions(patch: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_pod_is_not_ready_while_the_probe_has_not_passed() -> None:
     pod = _pod([ENGINE, SIDECAR], [SIDECAR_STATUS])
-    patch = status_patch(pod, {"engine": Observation(running=True, ready=False, started_at=T1)}, T1)
+    patch = status_patch(
+        pod, {"engine": ContainerState(running=True, ready=False, started_at=T1)}, T1
+    )
     assert patch is not None
     conditions = _conditions(patch)
     assert conditions["Ready"]["status"] == "False"
@@ -68,7 +70,9 @@ def test_pod_is_not_ready_while_the_probe_has_not_passed() -> None:
 
 def test_pod_turns_ready_when_the_probe_passes_and_records_the_flip() -> None:
     pod = _pod([ENGINE, SIDECAR], [SIDECAR_STATUS])
-    patch = status_patch(pod, {"engine": Observation(running=True, ready=True, started_at=T1)}, T1)
+    patch = status_patch(
+        pod, {"engine": ContainerState(running=True, ready=True, started_at=T1)}, T1
+    )
     assert patch is not None
     conditions = _conditions(patch)
     # Reason and message go out as null so the API server clears the not-ready explanation.
@@ -82,7 +86,7 @@ def test_pod_turns_ready_when_the_probe_passes_and_records_the_flip() -> None:
 
 
 def test_no_patch_when_the_status_already_says_it() -> None:
-    obs = {"engine": Observation(running=True, ready=True, started_at=T1)}
+    obs = {"engine": ContainerState(running=True, ready=True, started_at=T1)}
     first = status_patch(_pod([ENGINE], []), obs, T1)
     assert first is not None
     # What the API server returns: our patch plus defaulted fields.
@@ -98,9 +102,9 @@ def test_no_patch_when_the_status_already_says_it() -> None:
 @pytest.mark.parametrize(
     ("obs", "reason"),
     [
-        (Observation(running=False, ready=False), "ContainerCreating"),
+        (ContainerState(running=False, ready=False), "ContainerCreating"),
         (
-            Observation(
+            ContainerState(
                 running=False,
                 ready=False,
                 restart_count=2,
@@ -112,7 +116,7 @@ def test_no_patch_when_the_status_already_says_it() -> None:
         ),
     ],
 )
-def test_a_container_without_a_live_process_is_waiting(obs: Observation, reason: str) -> None:
+def test_a_container_without_a_live_process_is_waiting(obs: ContainerState, reason: str) -> None:
     patch = status_patch(_pod([ENGINE], []), {"engine": obs}, T1)
     assert patch is not None
     (engine,) = patch["status"]["containerStatuses"]
@@ -180,7 +184,7 @@ def test_probe_timing_follows_the_spec() -> None:
 
 
 _observations = st.builds(
-    Observation,
+    ContainerState,
     running=st.booleans(),
     ready=st.booleans(),
     restart_count=st.integers(0, 5),
@@ -192,7 +196,9 @@ _observations = st.builds(
 
 
 @given(st.lists(_observations, min_size=1, max_size=3), st.booleans())
-def test_a_written_status_needs_no_second_write(observed: list[Observation], sidecar: bool) -> None:
+def test_a_written_status_needs_no_second_write(
+    observed: list[ContainerState], sidecar: bool
+) -> None:
     """Property: once the API holds our patch, the same observations produce no patch."""
     containers = [{"name": f"c{i}", "image": "vllm/vllm-openai:v0"} for i in range(len(observed))]
     statuses = []

@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from tokenpilot_lab.loadgen import LoadError, LoadPlan, Phase, run_plan, summarize
+from tokenpilot_lab.loadgen import LoadError, LoadPhase, LoadPlan, run_plan, summarize
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
-def _phase(text: str, args: argparse.Namespace) -> Phase:
+def _phase(text: str, args: argparse.Namespace) -> LoadPhase:
     parts = text.split(":")
     if len(parts) not in (3, 5):
         raise LoadError(
@@ -62,14 +62,14 @@ def _phase(text: str, args: argparse.Namespace) -> Phase:
         raise LoadError(
             f"--phase {text!r}: SECONDS and RATE are numbers, PROMPT and MAX integers"
         ) from None
-    return Phase(parts[0], duration_s, rate, prompt, max_tokens)
+    return LoadPhase(parts[0], duration_s, rate, prompt, max_tokens)
 
 
 def plan_from_args(args: argparse.Namespace) -> LoadPlan:
     if args.phase:
         phases = tuple(_phase(p, args) for p in args.phase)
     else:
-        phases = (Phase("load", args.duration, args.rate, args.prompt_tokens, args.max_tokens),)
+        phases = (LoadPhase("load", args.duration, args.rate, args.prompt_tokens, args.max_tokens),)
     plan = LoadPlan(
         phases=phases,
         model=args.model,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenpilot_lab.loadgen import LoadPlan, Phase
+from tokenpilot_lab.loadgen import LoadPhase, LoadPlan
 
 NAMESPACE = "demo"
 SERVICE = "llama-8b"
@@ -57,13 +57,15 @@ class DemoSettings:
 
     def plan(self) -> LoadPlan:
         phases = (
-            Phase("quiet", self.quiet_s, self.quiet_rate_per_s),
-            Phase("burst", self.burst_s, self.burst_rate_per_s),
-            Phase("cool-down", self.cool_down_s, self.cool_down_rate_per_s),
+            LoadPhase("quiet", self.quiet_s, self.quiet_rate_per_s),
+            LoadPhase("burst", self.burst_s, self.burst_rate_per_s),
+            LoadPhase("cool-down", self.cool_down_s, self.cool_down_rate_per_s),
         )
         return LoadPlan(
             phases=tuple(
-                Phase(p.name, p.duration_s, p.rate_per_s, self.num_prompt_tokens, self.max_tokens)
+                LoadPhase(
+                    p.name, p.duration_s, p.rate_per_s, self.num_prompt_tokens, self.max_tokens
+                )
                 for p in phases
             ),
             max_requests=5_000,

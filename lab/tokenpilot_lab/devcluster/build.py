@@ -98,10 +98,6 @@ def binary(name: str) -> Path:
     raise KeyError(name)
 
 
-def missing_components() -> list[Component]:
-    return [c for c in COMPONENTS if not is_built(c)]
-
-
 def wrapper_gomod(component: Component, published: dict[str, object]) -> str:
     """The go.mod of the wrapper module, given the published go.mod as `go mod edit -json`.
 

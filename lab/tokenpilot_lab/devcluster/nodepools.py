@@ -82,10 +82,6 @@ def load(path: Path | None) -> NodePoolFile:
     return _FILE.load(path)
 
 
-def node_names(pools: NodePoolFile) -> list[str]:
-    return [f"{pool.name}-{i}" for pool in pools.pools for i in range(pool.count)]
-
-
 def render_nodes(pools: NodePoolFile) -> list[dict[str, Any]]:
     """Node manifests, status included: like a kubelet, we register nodes with their capacity."""
     nodes: list[dict[str, Any]] = []

@@ -9,14 +9,14 @@ and a timeline for plotting.
 from tokenpilot_lab.fleet.config import DEFAULT_COLD_START_S, FleetConfig
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline
 from tokenpilot_lab.fleet.simulator import simulate
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource, PodSample
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
 
 __all__ = [
     "DEFAULT_COLD_START_S",
     "FleetConfig",
     "FleetResult",
     "FleetView",
-    "MetricsSource",
+    "MetricsDelivery",
     "PodSample",
     "ScaleEvent",
     "Timeline",

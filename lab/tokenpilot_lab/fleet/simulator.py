@@ -25,7 +25,7 @@ from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCo
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource, PodSample
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
 from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
 from tokenpilot_lab.sim.request import InvalidRequest
 from tokenpilot_lab.workload import Trace
@@ -124,7 +124,7 @@ class FleetSimulation:
             self._new_replica(0.0, 0.0)
         requests = trace.requests
         num_requests = len(requests)
-        prometheus = policy.source is MetricsSource.prometheus
+        prometheus = policy.source is MetricsDelivery.prometheus
         next_arrival = 0
         next_scrape_s = 0.0 if prometheus else math.inf
         next_tick_s = policy.interval_s
@@ -262,7 +262,7 @@ class FleetSimulation:
 
     def _evaluate(self, now_s: float) -> None:
         policy = self.policy
-        if policy.source is MetricsSource.pods:
+        if policy.source is MetricsDelivery.pods:
             self._scrape(now_s)
         spec = self._spec_replicas()
         num_ready = len(self._serving(now_s))

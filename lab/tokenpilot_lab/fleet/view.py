@@ -16,7 +16,7 @@ from enum import StrEnum
 from tokenpilot.core.histogram import Bucket
 
 
-class MetricsSource(StrEnum):
+class MetricsDelivery(StrEnum):
     prometheus = "prometheus"
     pods = "pods"
 

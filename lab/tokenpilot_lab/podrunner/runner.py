@@ -29,7 +29,7 @@ from typing import Any
 from tokenpilot_lab.devcluster import procs
 from tokenpilot_lab.podrunner import credentials, probes
 from tokenpilot_lab.podrunner.imagemap import ImageMap, expand_vars, render_command
-from tokenpilot_lab.podrunner.status import Observation, status_patch
+from tokenpilot_lab.podrunner.status import ContainerState, status_patch
 from tokenpilot_lab.podrunner.termination import (
     Termination,
     grace_period_s,
@@ -88,7 +88,7 @@ class Workload:
     start_error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def observation(self) -> Observation:
+    def container_state(self) -> ContainerState:
         running = self.proc is not None and self.proc.poll() is None
         waiting_reason = None
         waiting_message = None
@@ -100,7 +100,7 @@ class Workload:
                 waiting_message = f"local process exited with code {self.last_exit_code}"
             else:
                 waiting_reason = "ContainerCreating"
-        return Observation(
+        return ContainerState(
             running=running,
             ready=running and self.ready,
             restart_count=self.restart_count,
@@ -388,7 +388,7 @@ class PodRunner:
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return
         observed = {
-            w.container: w.observation() for (u, _), w in self.workloads.items() if u == uid
+            w.container: w.container_state() for (u, _), w in self.workloads.items() if u == uid
         }
         patch = status_patch(pod, observed, _now_rfc3339())
         if patch is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Observation:
+class ContainerState:
     """What the runner knows about one container it runs as a local process."""
 
     running: bool
@@ -27,7 +27,7 @@ class Observation:
     last_finished_at: str | None = None
 
 
-def _container_status(name: str, image: str, obs: Observation) -> dict[str, Any]:
+def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": name,
         "image": image,
@@ -73,7 +73,7 @@ def _condition(
 
 
 def status_patch(
-    pod: Mapping[str, Any], observed: Mapping[str, Observation], now: str
+    pod: Mapping[str, Any], observed: Mapping[str, ContainerState], now: str
 ) -> dict[str, Any] | None:
     """The pod status patch for `observed` containers, or None when the status already says so."""
     spec_containers = pod.get("spec", {}).get("containers", [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,6 @@ class FleetPolicy(Protocol):
 
     name: str
     interval_s: float
-    source: MetricsSource
+    source: MetricsDelivery
 
     def decide(self, view: FleetView) -> ScaleChoice: ...

@@ -16,7 +16,7 @@ from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HpaBehavior,
     pods_metric_recommendation,
 )
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 
 @dataclass(slots=True)
@@ -26,7 +26,7 @@ class HpaPolicy:
     max_replicas: int
     name: str = "hpa"
     interval_s: float = HPA_SYNC_PERIOD_S
-    source: MetricsSource = MetricsSource.prometheus
+    source: MetricsDelivery = MetricsDelivery.prometheus
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:

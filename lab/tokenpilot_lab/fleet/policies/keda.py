@@ -17,7 +17,7 @@ from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HpaBehavior,
     external_average_recommendation,
 )
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 KEDA_POLLING_INTERVAL_S = 30.0
 KEDA_COOLDOWN_PERIOD_S = 300.0
@@ -31,7 +31,7 @@ class KedaPolicy:
     threshold: float = KEDA_WAITING_THRESHOLD
     name: str = "keda"
     interval_s: float = KEDA_POLLING_INTERVAL_S
-    source: MetricsSource = MetricsSource.prometheus
+    source: MetricsDelivery = MetricsDelivery.prometheus
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:

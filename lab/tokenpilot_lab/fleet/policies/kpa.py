@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 KPA_TICK_S = 2.0  # Knative's autoscaler tick interval
 KPA_STABLE_WINDOW_S = 180.0
@@ -35,7 +35,7 @@ class KpaPolicy:
     max_replicas: int
     name: str = "aibrix-kpa"
     interval_s: float = KPA_TICK_S
-    source: MetricsSource = MetricsSource.pods
+    source: MetricsDelivery = MetricsDelivery.pods
     stable_window_s: float = KPA_STABLE_WINDOW_S
     panic_window_s: float = KPA_PANIC_WINDOW_S
     _samples: deque[tuple[float, float]] = field(default_factory=deque)

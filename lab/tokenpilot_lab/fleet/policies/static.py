@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 
 @dataclass(slots=True)
@@ -13,7 +13,7 @@ class StaticPolicy:
     replicas: int
     name: str = "static-peak"
     interval_s: float = 60.0
-    source: MetricsSource = MetricsSource.prometheus
+    source: MetricsDelivery = MetricsDelivery.prometheus
 
     def decide(self, view: FleetView) -> ScaleChoice:
         return ScaleChoice(self.replicas, f"fixed at {self.replicas} replicas")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tokenpilot.core.autoscale import METRICS_WINDOW_S, AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsSource
+from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
 # The operator's default evaluation interval (spec.autoscaling.interval).
 OPERATOR_INTERVAL_S = 5.0
@@ -26,7 +26,7 @@ class TokenPilotPolicy:
     autoscale: AutoscalePolicy
     name: str = "tokenpilot"
     interval_s: float = OPERATOR_INTERVAL_S
-    source: MetricsSource = MetricsSource.pods
+    source: MetricsDelivery = MetricsDelivery.pods
     window_s: float = METRICS_WINDOW_S
     history: History = field(default_factory=History)
     _rings: dict[str, Ring] = field(default_factory=dict)
