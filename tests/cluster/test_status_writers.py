@@ -16,12 +16,12 @@ from tokenpilot.adapters.kube.status import AUTOSCALER, RECONCILER, apply_status
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.observation import Observation
-from tokenpilot.core.render import Tuning
+from tokenpilot.core.batching import spec_decision
 from tokenpilot.core.status import DeploymentFacts, desired_status, metrics_condition
 
 pytestmark = pytest.mark.cluster
 NOW = "2026-01-01T00:00:00Z"
-TUNING = Tuning(4096, 256, "measured", "the budget that keeps ITL under the SLO")
+BATCHING = spec_decision(4096, 256)
 READY = DeploymentFacts(1, 1, 2, 2, 2, 2)
 
 
@@ -30,7 +30,7 @@ def reconciler_writes(client: KubeClient, stale: LLMService, problem: str | None
         stale,
         deployment=READY,
         sku_name=None if problem else "H100-80GB",
-        tuning=None if problem else TUNING,
+        batching=None if problem else BATCHING,
         problem=problem,
         now=NOW,
     )

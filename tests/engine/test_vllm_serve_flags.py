@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.render import EMITTED_VLLM_FLAGS, RenderFacts, Tuning, vllm_args
+from tokenpilot.core.batching import spec_decision
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, RenderFacts, vllm_args
 from tokenpilot_lab.vllm_cli import (
     Verdict,
     check_command_lines,
@@ -28,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FACTS = RenderFacts(
     sku_name="H100-80GB",
     gpu_product_labels=("NVIDIA-H100-80GB-HBM3",),
-    tuning=Tuning(token_budget=8192, max_num_seqs=256, source="test", reason="test"),
+    batching=spec_decision(8192, 256),
 )
 MODEL = {"name": "chat", "source": "hf://org/model", "shape": {"preset": "llama-3.1-8b"}}
 

@@ -7,11 +7,11 @@ from _llms import service
 
 from tokenpilot.api.llmservice import ConditionStatus, LLMService, LLMServiceStatus
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.render import Tuning
-from tokenpilot.core.status import DeploymentFacts, desired_status, status_changed
+from tokenpilot.core.batching import spec_decision
+from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
-TUNING = Tuning(8192, 1024, "vllm-default", "because")
+BATCHING = spec_decision(8192, 1024)
 
 
 def test_transition_time_kept_unless_flipped() -> None:
@@ -81,7 +81,7 @@ def test_phase(deployment: DeploymentFacts | None, problem: str | None, phase: s
         service(),
         deployment=deployment,
         sku_name="H100-80GB",
-        tuning=TUNING,
+        batching=BATCHING,
         problem=problem,
         now=T0,
     )
@@ -98,27 +98,31 @@ def with_status(svc: LLMService, status: dict) -> LLMService:  # type: ignore[ty
 
 def test_second_pass_changes_nothing() -> None:
     first = desired_status(
-        service(), deployment=facts(2), sku_name="H100-80GB", tuning=TUNING, problem=None, now=T0
+        service(),
+        deployment=facts(2),
+        sku_name="H100-80GB",
+        batching=BATCHING,
+        problem=None,
+        now=T0,
     )
     svc = with_status(service(), first)
     again = desired_status(
-        svc, deployment=facts(2), sku_name="H100-80GB", tuning=TUNING, problem=None, now=T1
+        svc, deployment=facts(2), sku_name="H100-80GB", batching=BATCHING, problem=None, now=T1
     )
-    assert again == first
-    assert not status_changed(svc, again)
-    assert status_changed(
-        svc,
-        desired_status(
-            svc, deployment=facts(1), sku_name="H100-80GB", tuning=TUNING, problem=None, now=T1
-        ),
+    assert again == first == owned_status(svc)
+    changed = desired_status(
+        svc, deployment=facts(1), sku_name="H100-80GB", batching=BATCHING, problem=None, now=T1
     )
+    assert changed != owned_status(svc)
 
 
 def test_status_shows_tuning_selector_endpoint() -> None:
     status = desired_status(
-        service(), deployment=facts(2), sku_name="L40S", tuning=TUNING, problem=None, now=T0
+        service(), deployment=facts(2), sku_name="L40S", batching=BATCHING, problem=None, now=T0
     )
     assert status["tuning"]["maxNumBatchedTokens"] == 8192
+    assert status["tuning"]["source"] == "Spec"
+    assert status["tuning"]["setBy"] == {"kind": "Spec", "tokens": 8192}
     assert status["selector"] == "serving.tokenpilot.dev/llmservice=chat"
     assert status["endpoint"] == "http://chat.ml.svc:8000/v1"
     assert "autoscaling" not in status

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from _llms import by_name, service
 
 from tokenpilot.adapters.profiles import builtin_profiles_dir
 from tokenpilot.cli import main
+from tokenpilot.core.render_plan import choose_batching
 
 BASE = ["plan", "--model", "llama-3.1-8b", "--itl-p99", "50ms", "--ttft-p99", "2s"]
 JSON_KEYS = {
@@ -17,7 +19,9 @@ JSON_KEYS = {
     "predicted_itl_p99_s",
     "vllm_default_budget",
     "predicted_itl_p99_s_at_default",
-    "binding",
+    "set_by",
+    "lower_bound",
+    "upper_bound",
     "feasible",
 }
 
@@ -36,7 +40,8 @@ def test_json_budgets_follow_the_study_and_explain_each(capsys: pytest.CaptureFi
         results[gpu] = json.loads(out)
         assert results[gpu].keys() >= JSON_KEYS
         assert results[gpu]["feasible"] is True
-        assert any("token_budget" in b for b in results[gpu]["binding"])
+        assert results[gpu]["set_by"]["words"].startswith("token_budget")
+        assert results[gpu]["set_by"]["tokens"] == results[gpu]["token_budget"]
     budgets = [results[g]["token_budget"] for g in ("H100-80GB", "L40S", "RTX-6000")]
     assert budgets[0] > budgets[1] > budgets[2]
 
@@ -125,3 +130,19 @@ def test_shape_file_instead_of_a_preset(capsys: pytest.CaptureFixture[str], tmp_
     shape.write_text("numParameters: 8030261248\n")
     code, _, err = _plan(capsys, *args)
     assert code == 2 and str(shape) in err and "numLayers" in err
+
+
+def test_by_default_plan_prints_what_the_operator_would_choose(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "L40S", "--json")
+    assert code == 0
+    printed = json.loads(out)
+    svc = service(accelerator={"sku": "L40S"}, slo={"itlP99": "50ms", "ttftP99": "2s"})
+    chosen = choose_batching(svc, by_name("L40S"))
+    assert printed["profile"] == svc.spec.batching.profile.value == "balanced"
+    assert (printed["token_budget"], printed["max_num_seqs"]) == (
+        chosen.token_budget,
+        chosen.max_num_seqs,
+    )
+    assert printed["set_by"]["kind"] == chosen.set_by.kind.value

@@ -7,7 +7,7 @@ from _llms import CLUSTER, by_name, by_product, service
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.api.llmservice import LLMService
+from tokenpilot.api.llmservice import BatchingSource, BoundKind, LLMService, SeqsSource
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION
 from tokenpilot.core.render_plan import Plan, plan
@@ -57,22 +57,32 @@ def test_auto_budget_comes_from_the_tuner(sku: str) -> None:
     svc = service(accelerator={"sku": sku}, slo={"itlP99": "50ms", "ttftP99": "2s"})
     p = planned(svc)
     args = p.manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    rec = recommend(
+    # The API's defaults are the tuner's: nothing but the SLOs needs passing.
+    decision = recommend(
         by_name(sku),
         svc.spec.model.shape.resolve(),
         ServiceLevel(itl_p99_s=0.05, ttft_p99_s=2.0),
-        WorkloadHints(max_model_len=8192, objective=svc.spec.batching.profile),
-    )
-    assert flag(args, "--max-num-batched-tokens") == str(rec.token_budget)
-    assert flag(args, "--max-num-seqs") == str(rec.max_num_seqs)
-    assert p.facts.tuning.source == f"profile {sku} (measured)"
-    assert p.facts.tuning.reason.startswith("token_budget")
+        WorkloadHints(),
+    ).decision
+    assert p.facts.batching == decision
+    assert flag(args, "--max-num-batched-tokens") == str(decision.token_budget)
+    assert flag(args, "--max-num-seqs") == str(decision.max_num_seqs)
+    assert flag(args, "--max-model-len") == "8192"
+    assert decision.source is BatchingSource.measured_profile
+    assert decision.set_by.kind is BoundKind.midpoint  # balanced, the API's default profile
 
 
 def test_spec_integers_win_over_the_tuner() -> None:
     p = planned(service(batching={"maxNumBatchedTokens": 1024, "maxNumSeqs": 16}))
-    assert (p.facts.tuning.token_budget, p.facts.tuning.max_num_seqs) == (1024, 16)
-    assert p.facts.tuning.source == "spec"
+    assert (p.facts.batching.token_budget, p.facts.batching.max_num_seqs) == (1024, 16)
+    assert p.facts.batching.source is BatchingSource.spec
+
+
+def test_a_spec_budget_below_vllms_cap_caps_the_sequences() -> None:
+    decision = planned(service(batching={"maxNumBatchedTokens": 64})).facts.batching
+    assert (decision.token_budget, decision.max_num_seqs) == (64, 64)
+    assert decision.max_num_seqs_source is SeqsSource.token_budget
+    assert decision.set_by.kind is BoundKind.spec
 
 
 def test_vllm_args_in_order_then_extra_args() -> None:

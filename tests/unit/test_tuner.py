@@ -7,8 +7,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
-from tokenpilot.api.llmservice import BatchingProfile
+from tokenpilot.api.llmservice import DEFAULT_MAX_NUM_SEQS, BatchingProfile, BoundKind, SeqsSource
 from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
+from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.profiles import GPUProfile
@@ -27,16 +28,18 @@ HINTS = WorkloadHints(prompt_p99_tokens=4096)
 
 def test_budgets_follow_the_study_h100_over_l40s_over_rtx_6000():
     recs = [recommend(CATALOG.get(g), LLAMA_8B, SLO, HINTS) for g in ("H100", "L40S", "RTX-6000")]
-    budgets = [r.token_budget for r in recs]
+    budgets = [r.decision.token_budget for r in recs]
     assert budgets == sorted(budgets, reverse=True) and len(set(budgets)) == 3
     for rec in recs:
-        assert rec.feasible and rec.measured
+        assert rec.decision.feasible and rec.measured
         assert rec.predicted_itl_p99_s <= SLO.itl_p99_s  # type: ignore[operator]
-        assert any(b.startswith("token_budget") for b in rec.binding)
-        assert any(b.startswith("max_num_seqs") for b in rec.binding)
+        assert rec.decision.set_by.words.startswith("token_budget")
+        assert rec.decision.max_num_seqs_words.startswith("max_num_seqs")
     # On the H100 at 98 decodes of 4,608 tokens a full 8,192-token step is over the ITL step
     # limit (the study: a full step costs 3x the baseline at 64 decodes), so ITL caps below it.
-    assert recs[0].upper_bound_tokens < recs[0].threshold_tokens == 8192
+    upper = recs[0].decision.upper
+    assert upper is not None and upper.kind is BoundKind.itl_step
+    assert upper.tokens < recs[0].threshold_tokens == 8192
 
 
 def test_rtx_6000_beats_vllms_default_on_itl():
@@ -65,10 +68,13 @@ def test_crossing_slos_say_which_bound_and_what_to_change():
     slo = ServiceLevel(itl_p99_s=0.04, ttft_p99_s=0.1)
     hints = WorkloadHints(prompt_p99_tokens=8192, max_model_len=16384)
     rec = recommend(CATALOG.get("L40S"), LLAMA_8B, slo, hints)
-    assert not rec.feasible
-    assert rec.lower_bound_tokens > rec.upper_bound_tokens == rec.token_budget
-    assert f"ITL 40 ms needs B <= {rec.upper_bound_tokens:,} on L40S" in rec.message
-    assert f"TTFT 100 ms at 8K-token prompts needs B >= {rec.lower_bound_tokens:,}" in rec.message
+    lower, upper = rec.decision.lower, rec.decision.upper
+    assert lower is not None and upper is not None
+    assert not rec.decision.feasible
+    assert lower.tokens > upper.tokens == rec.decision.token_budget
+    assert (lower.kind, upper.kind) == (BoundKind.ttft_prefill, BoundKind.itl_step)
+    assert f"ITL 40 ms needs B <= {upper.tokens:,} on L40S" in rec.message
+    assert f"TTFT 100 ms at 8K-token prompts needs B >= {lower.tokens:,}" in rec.message
     assert "choose a faster SKU, relax an SLO, or split prefill and decode" in rec.message
     with pytest.raises(Infeasible, match="needs B >="):
         recommend(CATALOG.get("L40S"), LLAMA_8B, ServiceLevel(0.04, 0.1, strict=True), hints)
@@ -76,10 +82,10 @@ def test_crossing_slos_say_which_bound_and_what_to_change():
 
 def test_itl_that_one_sequence_cannot_meet():
     rec = recommend(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS)
-    assert not rec.feasible
+    assert not rec.decision.feasible
     assert "even one sequence" in rec.message
     # Capping the engine cannot help ITL here; it would only make requests queue for slots.
-    assert rec.max_num_seqs == 256
+    assert rec.decision.max_num_seqs == 256
 
 
 @pytest.mark.parametrize(
@@ -104,9 +110,10 @@ def test_itl_that_one_sequence_cannot_meet():
     ],
 )
 def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
-    rec = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints)
-    assert rec.max_num_seqs == 256, rec.binding
-    seqs = next(b for b in rec.binding if b.startswith("max_num_seqs"))
+    decision = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints).decision
+    assert decision.max_num_seqs == 256, decision.max_num_seqs_words
+    assert decision.max_num_seqs_source is SeqsSource.vllm_default
+    seqs = decision.max_num_seqs_words
     if "enough for" in seqs:  # the ITL SLO allows fewer decodes than the engine admits
         assert "autoscaler" in seqs
 
@@ -118,16 +125,23 @@ def test_profiles_order_interactive_balanced_throughput():
             LLAMA_8B,
             SLO,
             WorkloadHints(prompt_p99_tokens=4096, objective=p),
-        ).token_budget
+        ).decision.token_budget
         for p in (BatchingProfile.interactive, BatchingProfile.balanced, BatchingProfile.throughput)
     ]
     assert budgets == sorted(budgets) and budgets[0] < budgets[2]
 
 
 def test_without_slos_the_threshold_caps_and_nothing_crosses():
-    rec = recommend(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(None, None), WorkloadHints())
+    hints = WorkloadHints(objective=BatchingProfile.interactive)
+    decision = recommend(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(None, None), hints).decision
+    assert decision.upper == Bound(
+        BoundKind.step_threshold,
+        8192,
+        "at most 8,192: the measured threshold of 8,192 tokens on H100-80GB; past it a step's "
+        "time jumps",
+    )
     # The interactive pick stays under it: at 220 decodes a full step is no longer hidden.
-    assert rec.feasible and rec.upper_bound_tokens == 8192 and rec.token_budget <= 8192
+    assert decision.feasible and decision.token_budget <= 8192
 
 
 @pytest.mark.parametrize(
@@ -189,7 +203,7 @@ def test_tighter_itl_never_gives_a_larger_budget(
     profile, shape = CATALOG.get(gpu), model_preset(model)
     loose = recommend(profile, shape, ServiceLevel(itl, ttft), hints)
     tight = recommend(profile, shape, ServiceLevel(itl * tighter, ttft), hints)
-    assert tight.token_budget <= loose.token_budget
+    assert tight.decision.token_budget <= loose.decision.token_budget
 
 
 def _faster(profile: GPUProfile, factor: float) -> GPUProfile:
@@ -218,7 +232,7 @@ def test_a_faster_sku_never_gives_a_smaller_budget(
     shape, level = model_preset(model), ServiceLevel(*slo)
     slow = recommend(base, shape, level, hints)
     fast = recommend(_faster(base, factor), shape, level, hints)
-    assert fast.token_budget >= slow.token_budget
+    assert fast.decision.token_budget >= slow.decision.token_budget
 
 
 @settings(max_examples=60, deadline=None)
@@ -227,10 +241,12 @@ def test_budget_is_a_block_multiple_within_vllms_limits(
     gpu: str, model: str, slo: tuple[float, float], hints: WorkloadHints
 ) -> None:
     rec = recommend(CATALOG.get(gpu), model_preset(model), ServiceLevel(*slo), hints)
-    assert rec.token_budget % BLOCK_SIZE == 0
-    assert rec.max_num_seqs <= rec.token_budget <= hints.max_model_len * rec.max_num_seqs
+    decision = rec.decision
+    assert decision.token_budget % BLOCK_SIZE == 0
+    assert decision.max_num_seqs <= decision.token_budget
+    assert decision.token_budget <= hints.max_model_len * decision.max_num_seqs
     # Never capped below what the KV cache holds at the expected context (or the user allows).
-    allowed = hints.max_num_seqs or 256
-    assert rec.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
-    assert rec.max_num_seqs <= allowed
-    assert rec.binding
+    allowed = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    assert decision.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
+    assert decision.max_num_seqs <= allowed
+    assert decision.lower is not None and decision.upper is not None

@@ -21,13 +21,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.llmservice import (
+    DEFAULT_BATCHING_PROFILE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_MODEL_LEN,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_TENSOR_PARALLEL_SIZE,
+    BatchingProfile,
+)
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.steptime import step_time_model
 from tokenpilot.core.tuner import (
-    DEFAULT_MAX_NUM_SEQS,
     ServiceLevel,
     WorkloadHints,
     recommend,
@@ -51,10 +58,6 @@ from tokenpilot_lab.workload import (
     window,
 )
 
-# The Llama 3.1 family's context; vLLM's default max_model_len when the KV cache can hold it.
-DEFAULT_MAX_MODEL_LEN = 131_072
-# vLLM's default --gpu-memory-utilization.
-GPU_MEMORY_UTILIZATION = 0.9
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
 TABLE_WIDTH = 132
 
@@ -81,7 +84,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODEL_PRESETS)}"
     )
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
     parser.add_argument("--slo", default="ttft=2s,itl=50ms", help="e.g. ttft=2s,itl=50ms")
     parser.add_argument("--policy", default="all", help="all, or a comma list of policies")
     parser.add_argument(
@@ -90,10 +93,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="token budget for the tokenpilot policy instead of the tuner's recommendation",
     )
     parser.add_argument(
+        "--profile",
+        choices=[p.value for p in BatchingProfile],
+        default=DEFAULT_BATCHING_PROFILE.value,
+        help=f"the tuner's batching profile for the tokenpilot policy "
+        f"(default: the LLMService's, {DEFAULT_BATCHING_PROFILE.value})",
+    )
+    parser.add_argument(
         "--max-model-len",
         type=int,
         default=DEFAULT_MAX_MODEL_LEN,
-        help="engine --max-model-len; longer requests are rejected and counted",
+        help=f"engine --max-model-len; longer requests are rejected and counted (default: the "
+        f"LLMService's, {DEFAULT_MAX_MODEL_LEN}; Llama 3.1's own context is 131072)",
     )
     parser.add_argument(
         "--target-running",
@@ -205,12 +216,13 @@ def _tuned(
             else None
         ),
         max_model_len=args.max_model_len,
+        token_budget=args.budget,
+        objective=BatchingProfile(args.profile),
         tensor_parallel_size=args.tensor_parallel_size,
     )
-    recommendation = recommend(profile, shape, slo, hints)
-    if args.budget is not None:
-        return int(args.budget), recommendation.max_num_seqs, "--budget"
-    return recommendation.token_budget, recommendation.max_num_seqs, "the tuner"
+    decision = recommend(profile, shape, slo, hints).decision
+    source = "--budget" if args.budget is not None else f"the tuner, {args.profile}"
+    return decision.token_budget, decision.max_num_seqs, source
 
 
 def _simulate(
@@ -222,7 +234,7 @@ def _simulate(
     shape = model_preset(args.model)
     tp = args.tensor_parallel_size
     timer = step_time_model(profile, shape, tp)
-    capacity = plan_capacity(profile, shape, tp, GPU_MEMORY_UTILIZATION, args.max_model_len)
+    capacity = plan_capacity(profile, shape, tp, DEFAULT_GPU_MEMORY_UTILIZATION, args.max_model_len)
     default_budget = vllm_default_token_budget(profile)
     default_seqs = DEFAULT_MAX_NUM_SEQS
     slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)

@@ -2,8 +2,9 @@
 
 Each sample reads the LLMService (desired replicas from spec, ready replicas, the token budget
 and the autoscaler's last decision from status), lists the engine pods and hands the Ready,
-non-terminating ones to the load balancer, and scrapes them through the same `direct` metrics
-source the operator uses (queue, running, P99 ITL over a short window).
+non-terminating ones to the load balancer (the operator's own pod listing), and scrapes them
+through the same `direct` metrics source the operator uses (queue, running, P99 ITL over a
+short window).
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
-from tokenpilot.adapters.kube.resources import RESOURCES
+from tokenpilot.adapters.kube.pods import ready_engine_pods
 from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget
-from tokenpilot.core.render import HTTP_PORT
 from tokenpilot_lab.demo.settings import NAMESPACE, SERVICE
 from tokenpilot_lab.demo.stack import read_service
 from tokenpilot_lab.loadgen import Balancer
 
-PODS = RESOURCES[("v1", "Pod")]
 # Short, so the live view reacts within seconds; the operator's own window is longer.
 VIEW_WINDOW_S = 10.0
 
@@ -42,26 +41,18 @@ class Sample:
     num_endpoints: int
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    if pod["metadata"].get("deletionTimestamp") or not pod.get("status", {}).get("podIP"):
-        return False
-    conditions = pod["status"].get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 class Observer:
     def __init__(self, client: KubeClient, balancer: Balancer) -> None:
         self.client = client
         self.balancer = balancer
         self.source = DirectSource(window_s=VIEW_WINDOW_S, timeout_s=2.0)
 
-    def _read(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _read(self) -> tuple[dict[str, Any], tuple[PodEndpoint, ...]]:
         service = read_service(self.client)
         selector = service.get("status", {}).get("selector")
         if not selector:
-            return service, []
-        pods = self.client.request("GET", PODS.path(NAMESPACE), query={"labelSelector": selector})
-        return service, [p for p in pods.get("items", []) if _ready(p)]
+            return service, ()
+        return service, ready_engine_pods(self.client, NAMESPACE, selector)
 
     async def sample(self, t_s: float) -> Sample | None:
         """One sample; None when the API server did not answer (the next second retries)."""
@@ -69,16 +60,10 @@ class Observer:
             service, pods = await asyncio.to_thread(self._read)
         except KubeError:
             return None
-        ips = sorted(p["status"]["podIP"] for p in pods)
-        self.balancer.set_endpoints(f"http://{ip}:{HTTP_PORT}" for ip in ips)
+        bases = sorted(p.metrics_url.removesuffix("/metrics") for p in pods)
+        self.balancer.set_endpoints(bases)
         spec, status = service["spec"], service.get("status", {})
-        endpoints = tuple(
-            PodEndpoint(p["metadata"]["name"], f"http://{p['status']['podIP']}:{HTTP_PORT}/metrics")
-            for p in pods
-        )
-        target = ServiceTarget(
-            NAMESPACE, SERVICE, int(spec.get("replicas", 0)), len(pods), endpoints
-        )
+        target = ServiceTarget(NAMESPACE, SERVICE, int(spec.get("replicas", 0)), len(pods), pods)
         observation = await self.source.observe(target, time.monotonic())
         tuning = status.get("tuning") or {}
         decision = status.get("autoscaling") or {}
@@ -93,7 +78,7 @@ class Observer:
             token_budget=tuning.get("maxNumBatchedTokens"),
             mode=str(decision.get("mode", "-")),
             reason=str(decision.get("reason", "")),
-            num_endpoints=len(ips),
+            num_endpoints=len(bases),
         )
 
     async def aclose(self) -> None:

@@ -9,14 +9,12 @@ from tokenpilot_lab.sim import EngineConfig
 def engine_config(
     capacity: CapacityPlan, *, max_num_batched_tokens: int, max_num_seqs: int
 ) -> EngineConfig:
-    """vLLM's limits for one replica: KV blocks and max_model_len from `plan_capacity`.
-
-    vLLM caps running sequences at the budget (each needs one token per step), and so does this.
-    """
+    """vLLM's limits for one replica: KV blocks and max_model_len from `plan_capacity`; the
+    budget and max_num_seqs from a batching decision (which keeps seqs within the budget)."""
     return EngineConfig(
         num_kv_blocks=capacity.num_kv_blocks,
         max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=min(max_num_seqs, max_num_batched_tokens),
+        max_num_seqs=max_num_seqs,
         max_model_len=capacity.max_model_len,
         block_size=capacity.block_size,
     )

@@ -8,15 +8,21 @@ one copy of each profile in the source tree and nothing is generated.
 
 from __future__ import annotations
 
+import logging
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.profiles import GPUProfile, ProfileCatalog, merge_catalogs, parse_profile
 
+if TYPE_CHECKING:  # the kube client is not imported by `tokenpilot plan`, which reads files
+    from tokenpilot.adapters.kube import KubeClient
+
 PROFILE_SUFFIXES = (".yaml", ".yml")
+log = logging.getLogger("tokenpilot.profiles")
 
 
 def builtin_profiles_dir() -> Path:
@@ -86,3 +92,19 @@ def load_catalog(
     if configmap_data:
         catalog = merge_catalogs(catalog, parse_configmap_data(configmap_data, configmap))
     return catalog
+
+
+def load_catalog_from_cluster(client: KubeClient, configmap: str | None) -> ProfileCatalog:
+    """Built-ins, overridden by the profiles in ConfigMap `configmap` ("namespace/name") when
+    one is named; a missing ConfigMap leaves the built-ins (with a warning)."""
+    if configmap is None:
+        return load_catalog()
+    namespace, _slash, name = configmap.partition("/")
+    if not namespace or not name:
+        raise InvalidSpec(f"--gpu-profiles-configmap {configmap!r}: write it as namespace/name")
+    body = client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    if body is None:
+        # The chart always creates it; without it the built-in profiles still serve.
+        log.warning("ConfigMap %s not found; using the built-in GPU profiles only", configmap)
+        return load_catalog()
+    return load_catalog(configmap_data=body.get("data") or {}, configmap=configmap)

@@ -13,7 +13,7 @@ and `tokenpilot.core` converts them.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal, Self
+from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import ConfigDict, Field, JsonValue, model_validator
 
@@ -30,6 +30,14 @@ SHORT_NAMES = ("llms",)
 CATEGORIES = ("tokenpilot",)
 
 AUTO = "auto"
+# Each default lives here once: the CRD, the operator's planning, `tokenpilot plan` and the lab's
+# simulator read these names. The batching profile's default is `DEFAULT_BATCHING_PROFILE`,
+# below its enum.
+DEFAULT_MAX_MODEL_LEN = 8192
+DEFAULT_TENSOR_PARALLEL_SIZE = 1
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# What `maxNumSeqs: auto` starts from: vLLM's own cap on running sequences.
+DEFAULT_MAX_NUM_SEQS = 256
 DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
 MODEL_SOURCE_PATTERN = (
     r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://.+|file:///.+)$"
@@ -43,35 +51,42 @@ CEL_KEY = "x-kubernetes-validations"
 INT_OR_STRING_KEY = "x-kubernetes-int-or-string"
 
 
-def _cel(*rules: tuple[str, str, str | None]) -> dict[str, Any]:
-    """CEL rules as the CRD carries them: (rule, message, fieldPath or None)."""
+class CelRule(NamedTuple):
+    """A cross-field rule: the CEL the API server runs and the message it answers with. The
+    pydantic validator next to it raises the same message, so a spec read from a file fails
+    the way one sent to the cluster does."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+
+def _cel(*rules: CelRule) -> dict[str, Any]:
+    """CEL rules as the CRD carries them."""
     out: list[dict[str, str]] = []
-    for rule, message, field_path in rules:
-        entry = {"rule": rule, "message": message}
-        if field_path:
-            entry["fieldPath"] = field_path
+    for rule in rules:
+        entry = {"rule": rule.rule, "message": rule.message}
+        if rule.field_path:
+            entry["fieldPath"] = rule.field_path
         out.append(entry)
     return {CEL_KEY: out}
 
 
+def _int_or_auto_rule(minimum: int, field: str) -> CelRule:
+    return CelRule(
+        f"type(self) == string ? self == 'auto' : self >= {minimum}",
+        f"{field} must be an integer >= {minimum} or the string 'auto'",
+    )
+
+
 def _int_or_auto(minimum: int, field: str) -> dict[str, Any]:
     """An integer of at least `minimum` or the string `auto`, checked by the API server."""
-    return {
-        INT_OR_STRING_KEY: True,
-        CEL_KEY: [
-            {
-                "rule": f"type(self) == string ? self == 'auto' : self >= {minimum}",
-                "message": f"{field} must be an integer >= {minimum} or the string 'auto'",
-            }
-        ],
-    }
+    return {INT_OR_STRING_KEY: True, **_cel(_int_or_auto_rule(minimum, field))}
 
 
 def _check_int_or_auto(value: int | str, minimum: int, field: str) -> None:
-    if isinstance(value, str) and value != AUTO:
-        raise ValueError(f"{field} must be an integer >= {minimum} or the string 'auto'")
-    if isinstance(value, int) and value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum} or the string 'auto'")
+    if (isinstance(value, str) and value != AUTO) or (isinstance(value, int) and value < minimum):
+        raise ValueError(_int_or_auto_rule(minimum, field).message)
 
 
 _PRESET_NAMES: list[JsonValue] = [name for name in sorted(MODEL_PRESETS)]
@@ -85,6 +100,17 @@ class SecretKeyRef(ApiModel):
 
     name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=253, description="Secret name.")
     key: str = Field("token", min_length=1, description="Key inside the Secret.")
+
+
+PRESET_OR_FIELDS = CelRule(
+    "has(self.preset) ? !(has(self.numParameters) || has(self.numLayers) || "
+    "has(self.numAttentionHeads) || has(self.numKvHeads) || has(self.headDim) || "
+    "has(self.hiddenSize)) : (has(self.numParameters) && has(self.numLayers) && "
+    "has(self.numAttentionHeads) && has(self.numKvHeads) && has(self.headDim) && "
+    "has(self.hiddenSize))",
+    "give either shape.preset or all of numParameters, numLayers, "
+    "numAttentionHeads, numKvHeads, headDim and hiddenSize, not both",
+)
 
 
 class ModelShapeSpec(ApiModel):
@@ -104,20 +130,7 @@ class ModelShapeSpec(ApiModel):
     dtype: DType | None = Field(None, description="Weights' storage type (default bfloat16).")
     kv_cache_dtype: DType | None = Field(None, description="KV cache storage type.")
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "has(self.preset) ? !(has(self.numParameters) || has(self.numLayers) || "
-                "has(self.numAttentionHeads) || has(self.numKvHeads) || has(self.headDim) || "
-                "has(self.hiddenSize)) : (has(self.numParameters) && has(self.numLayers) && "
-                "has(self.numAttentionHeads) && has(self.numKvHeads) && has(self.headDim) && "
-                "has(self.hiddenSize))",
-                "give either shape.preset or all of numParameters, numLayers, "
-                "numAttentionHeads, numKvHeads, headDim and hiddenSize, not both",
-                None,
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(PRESET_OR_FIELDS))
 
     @model_validator(mode="after")
     def _preset_or_fields(self) -> Self:
@@ -131,13 +144,8 @@ class ModelShapeSpec(ApiModel):
         ]
         has_any = any(v is not None for v in explicit)
         has_all = all(v is not None for v in explicit)
-        if self.preset is not None and has_any:
-            raise ValueError("shape: give either preset or the explicit fields, not both")
-        if self.preset is None and not has_all:
-            raise ValueError(
-                "shape: give either preset or all of numParameters, numLayers, "
-                "numAttentionHeads, numKvHeads, headDim and hiddenSize"
-            )
+        if (self.preset is not None and has_any) or (self.preset is None and not has_all):
+            raise ValueError(PRESET_OR_FIELDS.message)
         if self.preset is not None:
             model_preset(self.preset)
         return self
@@ -212,20 +220,36 @@ class EngineResources(ApiModel):
     limits: ResourceList = Field(default_factory=ResourceList, description="Limits.")
 
 
+TP_POWER_OF_TWO = CelRule(
+    "self.tensorParallelSize in [1, 2, 4, 8]",
+    "tensorParallelSize must be 1, 2, 4 or 8",
+    ".tensorParallelSize",
+)
+
+
 class EngineSpec(ApiModel):
     """The vLLM engine: image and `vllm serve` settings."""
 
     image: str = Field(
         "vllm/vllm-openai:v0.10.1.1", min_length=1, description="vLLM OpenAI server image."
     )
-    max_model_len: int | None = Field(
-        None, ge=16, description="Longest context (prompt + output) in tokens."
+    max_model_len: int = Field(
+        DEFAULT_MAX_MODEL_LEN,
+        ge=16,
+        description="Longest context (prompt + output) in tokens: the KV cache is planned for "
+        "it and the engine gets it as --max-model-len.",
     )
     tensor_parallel_size: int = Field(
-        1, ge=1, le=8, description="GPUs one engine shards the model across (1, 2, 4 or 8)."
+        DEFAULT_TENSOR_PARALLEL_SIZE,
+        ge=1,
+        le=8,
+        description="GPUs one engine shards the model across (1, 2, 4 or 8).",
     )
     gpu_memory_utilization: float = Field(
-        0.9, gt=0.0, le=0.98, description="Fraction of GPU memory the engine may use."
+        DEFAULT_GPU_MEMORY_UTILIZATION,
+        gt=0.0,
+        le=0.98,
+        description="Fraction of GPU memory the engine may use.",
     )
     extra_args: list[str] = Field(
         default_factory=list,
@@ -236,20 +260,12 @@ class EngineSpec(ApiModel):
         default_factory=EngineResources, description="CPU and memory requests and limits."
     )
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "self.tensorParallelSize in [1, 2, 4, 8]",
-                "tensorParallelSize must be 1, 2, 4 or 8",
-                ".tensorParallelSize",
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(TP_POWER_OF_TWO))
 
     @model_validator(mode="after")
     def _tp_power_of_two(self) -> Self:
         if self.tensor_parallel_size not in (1, 2, 4, 8):
-            raise ValueError("tensorParallelSize must be 1, 2, 4 or 8")
+            raise ValueError(TP_POWER_OF_TWO.message)
         return self
 
 
@@ -308,6 +324,16 @@ class BatchingProfile(StrEnum):
     throughput = "throughput"
 
 
+DEFAULT_BATCHING_PROFILE = BatchingProfile.balanced
+# Checked here and nowhere else; when either is `auto`, the tuner keeps seqs within the budget.
+SEQS_WITHIN_BUDGET = CelRule(
+    "!(type(self.maxNumBatchedTokens) == int && type(self.maxNumSeqs) == int) || "
+    "self.maxNumBatchedTokens >= self.maxNumSeqs",
+    "maxNumBatchedTokens must be >= maxNumSeqs (each sequence needs a token per step)",
+    ".maxNumBatchedTokens",
+)
+
+
 class BatchingSpec(ApiModel):
     """Continuous batching: chunked prefill and the per-step token budget."""
 
@@ -319,23 +345,15 @@ class BatchingSpec(ApiModel):
     )
     max_num_seqs: int | str = Field(
         AUTO,
-        description="Most sequences in one step, or `auto`.",
+        description=f"Most sequences in one step, or `auto`: vLLM's cap of {DEFAULT_MAX_NUM_SEQS}, "
+        "or the token budget when the spec sets a smaller one.",
         json_schema_extra=_int_or_auto(1, "maxNumSeqs"),
     )
     profile: BatchingProfile = Field(
-        BatchingProfile.balanced, description="interactive | balanced | throughput."
+        DEFAULT_BATCHING_PROFILE, description="interactive | balanced | throughput."
     )
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "!(type(self.maxNumBatchedTokens) == int && type(self.maxNumSeqs) == int) || "
-                "self.maxNumBatchedTokens >= self.maxNumSeqs",
-                "maxNumBatchedTokens must be >= maxNumSeqs (each sequence needs a token per step)",
-                ".maxNumBatchedTokens",
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(SEQS_WITHIN_BUDGET))
 
     @model_validator(mode="after")
     def _budget_fits_seqs(self) -> Self:
@@ -343,9 +361,7 @@ class BatchingSpec(ApiModel):
         _check_int_or_auto(self.max_num_seqs, 1, "maxNumSeqs")
         budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
         if isinstance(budget, int) and isinstance(seqs, int) and budget < seqs:
-            raise ValueError(
-                "maxNumBatchedTokens must be >= maxNumSeqs (each sequence needs a token per step)"
-            )
+            raise ValueError(SEQS_WITHIN_BUDGET.message)
         return self
 
 
@@ -374,7 +390,14 @@ class MetricsSourceType(StrEnum):
     prometheus = "prometheus"
 
 
-class MetricsSource(ApiModel):
+URL_FOR_PROMETHEUS = CelRule(
+    "self.type != 'prometheus' || has(self.prometheusUrl)",
+    "metrics.prometheusUrl is required when metrics.type is prometheus",
+    ".prometheusUrl",
+)
+
+
+class MetricsSpec(ApiModel):
     """Where the autoscaler reads engine metrics."""
 
     type: MetricsSourceType = Field(
@@ -385,21 +408,18 @@ class MetricsSource(ApiModel):
         None, pattern=r"^https?://.+", description="Prometheus base URL for type prometheus."
     )
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "self.type != 'prometheus' || has(self.prometheusUrl)",
-                "metrics.prometheusUrl is required when metrics.type is prometheus",
-                ".prometheusUrl",
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(URL_FOR_PROMETHEUS))
 
     @model_validator(mode="after")
     def _url_for_prometheus(self) -> Self:
         if self.type is MetricsSourceType.prometheus and self.prometheus_url is None:
-            raise ValueError("metrics.prometheusUrl is required when metrics.type is prometheus")
+            raise ValueError(URL_FOR_PROMETHEUS.message)
         return self
+
+
+MIN_WITHIN_MAX = CelRule(
+    "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas", ".minReplicas"
+)
 
 
 class AutoscalingSpec(ApiModel):
@@ -418,28 +438,36 @@ class AutoscalingSpec(ApiModel):
     scale_down_stabilization: str = Field(
         "300s", pattern=DURATION_PATTERN, description="Window of calm before a scale-down."
     )
-    metrics: MetricsSource = Field(
-        default_factory=MetricsSource, description="Where engine metrics come from."
+    metrics: MetricsSpec = Field(
+        default_factory=MetricsSpec, description="Where engine metrics come from."
     )
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "self.minReplicas <= self.maxReplicas",
-                "minReplicas must be <= maxReplicas",
-                ".minReplicas",
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(MIN_WITHIN_MAX))
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
         if self.min_replicas > self.max_replicas:
-            raise ValueError("minReplicas must be <= maxReplicas")
+            raise ValueError(MIN_WITHIN_MAX.message)
         return self
 
 
 # --- spec -------------------------------------------------------------------------------------
+
+
+GPUS_COVER_TP = CelRule(
+    "!has(self.accelerator.gpusPerReplica) || "
+    "self.accelerator.gpusPerReplica >= self.engine.tensorParallelSize",
+    "accelerator.gpusPerReplica must be >= engine.tensorParallelSize",
+    ".accelerator.gpusPerReplica",
+)
+WHOLE_PROMPT_PER_STEP = CelRule(
+    "self.batching.chunkedPrefill || "
+    "type(self.batching.maxNumBatchedTokens) != int || "
+    "self.batching.maxNumBatchedTokens >= self.engine.maxModelLen",
+    "without chunked prefill, batching.maxNumBatchedTokens must be >= "
+    "engine.maxModelLen (a whole prompt must fit one step)",
+    ".batching.maxNumBatchedTokens",
+)
 
 
 class LLMServiceSpec(ApiModel):
@@ -461,42 +489,20 @@ class LLMServiceSpec(ApiModel):
         1, ge=0, le=1000, description="Engine replicas; written by the autoscaler when enabled."
     )
 
-    model_config = ConfigDict(
-        json_schema_extra=_cel(
-            (
-                "!has(self.accelerator.gpusPerReplica) || "
-                "self.accelerator.gpusPerReplica >= self.engine.tensorParallelSize",
-                "accelerator.gpusPerReplica must be >= engine.tensorParallelSize",
-                ".accelerator.gpusPerReplica",
-            ),
-            (
-                "self.batching.chunkedPrefill || !has(self.engine.maxModelLen) || "
-                "type(self.batching.maxNumBatchedTokens) != int || "
-                "self.batching.maxNumBatchedTokens >= self.engine.maxModelLen",
-                "without chunked prefill, batching.maxNumBatchedTokens must be >= "
-                "engine.maxModelLen (a whole prompt must fit one step)",
-                ".batching.maxNumBatchedTokens",
-            ),
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=_cel(GPUS_COVER_TP, WHOLE_PROMPT_PER_STEP))
 
     @model_validator(mode="after")
     def _cross_fields(self) -> Self:
         gpus = self.accelerator.gpus_per_replica
         if gpus is not None and gpus < self.engine.tensor_parallel_size:
-            raise ValueError("accelerator.gpusPerReplica must be >= engine.tensorParallelSize")
+            raise ValueError(GPUS_COVER_TP.message)
         budget = self.batching.max_num_batched_tokens
-        max_len = self.engine.max_model_len
         if (
             not self.batching.chunked_prefill
-            and max_len is not None
             and isinstance(budget, int)
-            and budget < max_len
+            and budget < self.engine.max_model_len
         ):
-            raise ValueError(
-                "without chunked prefill, batching.maxNumBatchedTokens must be >= "
-                "engine.maxModelLen (a whole prompt must fit one step)"
-            )
+            raise ValueError(WHOLE_PROMPT_PER_STEP.message)
         return self
 
     @property
@@ -534,14 +540,54 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(None, description="Generation this describes.")
 
 
+class BatchingSource(StrEnum):
+    """Where the batching figures came from."""
+
+    spec = "Spec"  # the spec's integers
+    measured_profile = "MeasuredProfile"  # the tuner, on the GPU's measured profile
+    datasheet_profile = "DatasheetProfile"  # the tuner, on the GPU's datasheet figures only
+
+
+class BoundKind(StrEnum):
+    """What sets or limits a token budget."""
+
+    spec = "Spec"  # the spec's integer
+    itl_step = "ItlStep"  # upper: the slowest step stays under the P99 ITL target
+    step_threshold = "StepThreshold"  # upper: past the GPU's threshold a step jumps
+    ttft_prefill = "TtftPrefill"  # lower: a P99 prompt is prefilled within the TTFT target
+    max_num_seqs = "MaxNumSeqs"  # lower: every running sequence needs a token per step
+    hidden_prefill = "HiddenPrefill"  # interactive: prefill still hides under the decode read
+    midpoint = "Midpoint"  # balanced: halfway from the interactive pick to the upper bound
+
+
+class SeqsSource(StrEnum):
+    """What set max_num_seqs."""
+
+    spec = "Spec"  # the spec's integer
+    vllm_default = "VllmDefault"  # vLLM's own cap
+    token_budget = "TokenBudget"  # the spec's token budget, smaller than vLLM's cap
+
+
+class BudgetBound(ApiModel):
+    """A bound on the token budget, as data: what it is and where it lies."""
+
+    kind: BoundKind = Field(description="What sets the bound.")
+    tokens: int = Field(description="The bound, in tokens per step.")
+
+
 class TuningStatus(ApiModel):
     """What the operator chose for batching, and why."""
 
     sku: str = Field(description="The GPU SKU the engine runs on.")
     max_num_batched_tokens: int = Field(description="The per-step token budget in use.")
     max_num_seqs: int = Field(description="Most sequences per step in use.")
-    source: str = Field(description="Where the figures came from (profile or default).")
-    reason: str = Field(description="Why, in one sentence.")
+    source: BatchingSource = Field(description="Spec, MeasuredProfile or DatasheetProfile.")
+    set_by: BudgetBound = Field(description="What set the token budget.")
+    max_num_seqs_source: SeqsSource = Field(description="What set maxNumSeqs.")
+    lower_bound: BudgetBound | None = Field(None, description="The tuner's lower bound.")
+    upper_bound: BudgetBound | None = Field(None, description="The tuner's upper bound.")
+    feasible: bool = Field(True, description="False when the SLOs cannot all be met.")
+    reason: str = Field(description="Why, in words.")
 
 
 class AutoscalingStatus(ApiModel):
@@ -549,6 +595,7 @@ class AutoscalingStatus(ApiModel):
 
     desired_replicas: int = Field(description="Replicas the autoscaler asked for.")
     mode: str = Field(description="steady, scale-up, panic, scale-down or hold.")
+    reason_code: str = Field(description="Why, as a code (the Event reason), e.g. ItlOverSlo.")
     reason: str = Field(description="Why, in words.")
     last_decision_time: str = Field(description="When (RFC 3339).")
 

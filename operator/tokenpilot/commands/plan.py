@@ -1,6 +1,8 @@
 """`tokenpilot plan`: the token budget and max_num_seqs for a model on a GPU, with the reasons.
 
 Beside the recommendation it shows vLLM's own default budget and the predicted P99 ITL of both.
+Every default is the LLMService API's, so `plan` prints what the operator would choose for a
+spec that leaves the same fields out.
 Exit status: 0 when the SLOs can be met, 2 when they cannot or the input is wrong (unknown GPU,
 unknown model, a model that does not fit), so scripts can gate on it.
 """
@@ -17,8 +19,15 @@ import yaml
 from pydantic import ValidationError
 
 from tokenpilot.adapters.profiles import load_catalog
-from tokenpilot.api.llmservice import BatchingProfile
+from tokenpilot.api.llmservice import (
+    DEFAULT_BATCHING_PROFILE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_MODEL_LEN,
+    DEFAULT_TENSOR_PARALLEL_SIZE,
+    BatchingProfile,
+)
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
+from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import format_duration_s, parse_duration_s
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
@@ -43,15 +52,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context", type=int, help="expected context per sequence in tokens (default: prompt+512)"
     )
-    parser.add_argument("--max-model-len", type=int, default=8192)
-    parser.add_argument("--max-num-seqs", type=int, help="cap on running sequences")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=DEFAULT_MAX_MODEL_LEN,
+        help=f"engine.maxModelLen (default {DEFAULT_MAX_MODEL_LEN})",
+    )
+    parser.add_argument("--max-num-seqs", type=int, help="batching.maxNumSeqs (default: auto)")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="batching.maxNumBatchedTokens, to see a budget of your own against the bounds",
+    )
+    parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
+    parser.add_argument(
+        "--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION
+    )
     parser.add_argument(
         "--profile",
         choices=[p.value for p in BatchingProfile],
-        default=BatchingProfile.interactive.value,
-        help="where between the bounds the budget goes (default: interactive)",
+        default=DEFAULT_BATCHING_PROFILE.value,
+        help=f"batching.profile: where between the bounds the budget goes "
+        f"(default: {DEFAULT_BATCHING_PROFILE.value})",
     )
     parser.add_argument(
         "--strict", action="store_true", help="treat SLOs that cannot both be met as an error"
@@ -81,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             expected_context_tokens=args.context,
             max_model_len=args.max_model_len,
             max_num_seqs=args.max_num_seqs,
+            token_budget=args.max_num_batched_tokens,
             objective=BatchingProfile(args.profile),
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
@@ -98,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(rec, model_name), indent=2))
     else:
         print(_as_table(rec, model_name, slo))
-    return 0 if rec.feasible else EXIT_INFEASIBLE
+    return 0 if rec.decision.feasible else EXIT_INFEASIBLE
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:
@@ -135,26 +158,35 @@ def _shape(args: argparse.Namespace) -> ModelShape:
     return MODEL_PRESETS[args.model]
 
 
+def _bound(bound: Bound | None) -> dict[str, Any] | None:
+    if bound is None:
+        return None
+    return {"kind": bound.kind.value, "tokens": bound.tokens, "words": bound.words}
+
+
 def _as_json(rec: Recommendation, model: str) -> dict[str, Any]:
-    cap = rec.capacity
+    cap, decision = rec.capacity, rec.decision
     return {
         "gpu": rec.gpu,
         "model": model,
         "measured": rec.measured,
         "profile": rec.objective.value,
-        "token_budget": rec.token_budget,
-        "max_num_seqs": rec.max_num_seqs,
+        "token_budget": decision.token_budget,
+        "max_num_seqs": decision.max_num_seqs,
+        "source": decision.source.value,
+        "set_by": _bound(decision.set_by),
+        "max_num_seqs_source": decision.max_num_seqs_source.value,
+        "max_num_seqs_words": decision.max_num_seqs_words,
+        "lower_bound": _bound(decision.lower),
+        "upper_bound": _bound(decision.upper),
         "predicted_itl_p99_s": round(rec.predicted_itl_p99_s, 6),
         "predicted_ttft_p99_s": (
             None if rec.predicted_ttft_p99_s is None else round(rec.predicted_ttft_p99_s, 6)
         ),
         "vllm_default_budget": rec.vllm_default_budget,
         "predicted_itl_p99_s_at_default": round(rec.predicted_itl_p99_s_at_default, 6),
-        "binding": list(rec.binding),
-        "feasible": rec.feasible,
+        "feasible": decision.feasible,
         "message": rec.message,
-        "lower_bound_tokens": rec.lower_bound_tokens,
-        "upper_bound_tokens": rec.upper_bound_tokens,
         "threshold_tokens": rec.threshold_tokens,
         "capacity": {
             "weights_gib_per_gpu": round(cap.weights_gib_per_gpu, 3),
@@ -171,13 +203,15 @@ def _as_json(rec: Recommendation, model: str) -> dict[str, Any]:
 
 
 def _as_table(rec: Recommendation, model: str, slo: ServiceLevel) -> str:
+    decision = rec.decision
     basis = "measured profile" if rec.measured else "datasheet profile, not measured"
     itl_target = "none" if slo.itl_p99_s is None else format_duration_s(slo.itl_p99_s)
     ttft_target = "none" if slo.ttft_p99_s is None else format_duration_s(slo.ttft_p99_s)
+    seqs = decision.max_num_seqs
     rows = [
         ("", "TokenPilot", "vLLM default"),
-        ("max-num-batched-tokens", f"{rec.token_budget}", f"{rec.vllm_default_budget}"),
-        ("max-num-seqs", f"{rec.max_num_seqs}", f"{rec.max_num_seqs} (held equal)"),
+        ("max-num-batched-tokens", f"{decision.token_budget}", f"{rec.vllm_default_budget}"),
+        ("max-num-seqs", f"{seqs}", f"{seqs} (held equal)"),
         (
             f"predicted P99 ITL (target {itl_target})",
             format_duration_s(rec.predicted_itl_p99_s),
@@ -185,22 +219,23 @@ def _as_table(rec: Recommendation, model: str, slo: ServiceLevel) -> str:
         ),
     ]
     width = max(len(r[0]) for r in rows) + 2
+    bounds = [b for b in (decision.lower, decision.upper) if b is not None]
     lines = [
         f"{model} on {rec.gpu} ({basis}), {rec.objective.value}, TTFT target {ttft_target}",
         "",
         *(f"{a:<{width}}{b:<16}{c}" for a, b, c in rows),
         "",
         "why:",
-        *(f"  - {b}" for b in rec.binding),
-        f"  - bounds: {rec.lower_bound_tokens:,} to {rec.upper_bound_tokens:,} tokens per step",
+        f"  - {decision.max_num_seqs_words}",
+        f"  - {decision.set_by.words} [{decision.set_by.kind.value}]",
+        *(f"  - bound {b.words} [{b.kind.value}]" for b in bounds),
         f"  - capacity: {rec.capacity.reason}",
         f"  - {rec.step_model}",
         "",
     ]
-    if rec.feasible:
+    if decision.feasible:
         lines.append(
-            f"vLLM flags: --max-num-batched-tokens {rec.token_budget} "
-            f"--max-num-seqs {rec.max_num_seqs}"
+            f"vLLM flags: --max-num-batched-tokens {decision.token_budget} --max-num-seqs {seqs}"
         )
     else:
         lines.append(f"INFEASIBLE: {rec.message}")

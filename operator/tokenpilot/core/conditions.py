@@ -17,9 +17,9 @@ DEGRADED = "Degraded"
 INFEASIBLE = "Infeasible"
 # Set by the autoscaler: whether its last evaluation could read the service's metrics.
 METRICS_AVAILABLE = "MetricsAvailable"
-# Who writes which: each writer applies only its own types (see adapters/kube/status.py).
+# The reconciler's; the autoscaler writes MetricsAvailable. Each writer applies only its own
+# types (see adapters/kube/status.py).
 RECONCILER_TYPES = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
-AUTOSCALER_TYPES = (METRICS_AVAILABLE,)
 # Conditions are listed in this order, then any others by type, so output is stable.
 ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE)
 
@@ -56,8 +56,3 @@ def set_condition(
     )
     rest = [c for c in conditions if c.type != type_]
     return sorted([*rest, updated], key=_sort_key)
-
-
-def is_true(conditions: Sequence[Condition], type_: str) -> bool:
-    found = find(conditions, type_)
-    return found is not None and found.status == ConditionStatus.true

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import API_VERSION, KIND, LLMService
+from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.sku import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
@@ -56,22 +57,12 @@ _RESERVED_ENV = ("HF_HOME", "HF_TOKEN")
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """The batching settings in use and where they came from."""
-
-    token_budget: int
-    max_num_seqs: int
-    source: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class RenderFacts:
     """What the cluster and the planner told us, as data."""
 
     sku_name: str
     gpu_product_labels: tuple[str, ...]
-    tuning: Tuning
+    batching: BatchingDecision
     service_monitor_served: bool = False
     model_load_budget_s: int = 900
 
@@ -184,15 +175,15 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
         "--gpu-memory-utilization",
         f"{spec.engine.gpu_memory_utilization:g}",
         "--max-num-batched-tokens",
-        str(facts.tuning.token_budget),
+        str(facts.batching.token_budget),
         "--max-num-seqs",
-        str(facts.tuning.max_num_seqs),
+        str(facts.batching.max_num_seqs),
         "--enable-chunked-prefill"
         if spec.batching.chunked_prefill
         else "--no-enable-chunked-prefill",
+        "--max-model-len",
+        str(spec.engine.max_model_len),
     ]
-    if spec.engine.max_model_len is not None:
-        args += ["--max-model-len", str(spec.engine.max_model_len)]
     if spec.model.revision is not None:
         args += ["--revision", spec.model.revision]
     return args + list(spec.engine.extra_args)

@@ -11,18 +11,23 @@ order; the first that speaks sets the phase:
 The reconciler's status excludes `autoscaling` and the MetricsAvailable condition, which
 belong to the autoscaler: each writer applies only what it owns (adapters/kube/status.py).
 
+status.tuning is the batching decision as the API publishes it (`tuning_status`).
+
 The autoscaler's condition, MetricsAvailable, comes from its last outcome (`metrics_condition`):
 False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
-while no engine pod is ready, True otherwise.
+while no engine pod is ready, True otherwise. `autoscaler_status` is everything the autoscaler
+owns, new only when the outcome changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import (
+    AutoscalingStatus,
+    BudgetBound,
     Condition,
     ConditionStatus,
     LLMService,
@@ -32,7 +37,8 @@ from tokenpilot.api.llmservice import (
 )
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import Decision, Reason
-from tokenpilot.core.render import Tuning, endpoint, selector_string
+from tokenpilot.core.batching import BatchingDecision, Bound
+from tokenpilot.core.render import endpoint, selector_string
 
 
 @dataclass(frozen=True)
@@ -65,37 +71,39 @@ class DeploymentFacts:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Readiness:
+    """The first readiness check that spoke: the phase, a CamelCase reason and words."""
+
     phase: Phase
     reason: str
     message: str
 
 
-def _verdict(name: str, deployment: DeploymentFacts | None, problem: str | None) -> Verdict:
+def _readiness(name: str, deployment: DeploymentFacts | None, problem: str | None) -> Readiness:
     if problem is not None:
-        return Verdict(Phase.Infeasible, "Infeasible", problem)
+        return Readiness(Phase.Infeasible, "Infeasible", problem)
     if deployment is None:
-        return Verdict(Phase.Pending, "DeploymentMissing", f"creating Deployment {name}")
+        return Readiness(Phase.Pending, "DeploymentMissing", f"creating Deployment {name}")
     d = deployment
     if d.progress_deadline_exceeded:
-        return Verdict(
+        return Readiness(
             Phase.Degraded,
             "ProgressDeadlineExceeded",
             f"the rollout of Deployment {name} stalled; see its events and pods",
         )
     if d.observed_generation < d.generation or d.updated_replicas < d.desired_replicas:
-        return Verdict(
+        return Readiness(
             Phase.Progressing,
             "RollingOut",
             f"{d.updated_replicas}/{d.desired_replicas} replicas updated, {d.ready_replicas} ready",
         )
     if d.ready_replicas < d.desired_replicas:
-        return Verdict(
+        return Readiness(
             Phase.Progressing,
             "ReplicasStarting",
             f"{d.ready_replicas}/{d.desired_replicas} replicas ready",
         )
-    return Verdict(Phase.Ready, "ReplicasReady", f"{d.ready_replicas}/{d.desired_replicas} ready")
+    return Readiness(Phase.Ready, "ReplicasReady", f"{d.ready_replicas}/{d.desired_replicas} ready")
 
 
 def desired_status(
@@ -103,7 +111,7 @@ def desired_status(
     *,
     deployment: DeploymentFacts | None,
     sku_name: str | None,
-    tuning: Tuning | None,
+    batching: BatchingDecision | None,
     problem: str | None,
     now: str,
 ) -> dict[str, Any]:
@@ -114,7 +122,7 @@ def desired_status(
     """
     current = service.status
     generation = service.metadata.generation
-    verdict = _verdict(service.metadata.name, deployment, problem)
+    readiness = _readiness(service.metadata.name, deployment, problem)
     conditions = [c for c in current.conditions if c.type in cond.RECONCILER_TYPES]
 
     def put(type_: str, on: bool, reason: str, message: str) -> None:
@@ -129,26 +137,18 @@ def desired_status(
             now=now,
         )
 
-    phase = verdict.phase
-    put(cond.READY, phase is Phase.Ready, verdict.reason, verdict.message)
-    put(cond.PROGRESSING, phase is Phase.Progressing, verdict.reason, verdict.message)
-    put(cond.DEGRADED, phase is Phase.Degraded, verdict.reason, verdict.message)
+    phase = readiness.phase
+    put(cond.READY, phase is Phase.Ready, readiness.reason, readiness.message)
+    put(cond.PROGRESSING, phase is Phase.Progressing, readiness.reason, readiness.message)
+    put(cond.DEGRADED, phase is Phase.Degraded, readiness.reason, readiness.message)
     put(
         cond.INFEASIBLE,
         phase is Phase.Infeasible,
         "Infeasible" if problem else "Feasible",
         problem or "the spec can run on this cluster",
     )
-    tuning_status = (
-        TuningStatus(
-            sku=sku_name,
-            max_num_batched_tokens=tuning.token_budget,
-            max_num_seqs=tuning.max_num_seqs,
-            source=tuning.source,
-            reason=tuning.reason,
-        )
-        if tuning is not None and sku_name is not None
-        else None
+    tuning = (
+        tuning_status(batching, sku_name) if batching is not None and sku_name is not None else None
     )
     status = LLMServiceStatus(
         observed_generation=generation,
@@ -158,9 +158,30 @@ def desired_status(
         selector=selector_string(service),
         endpoint=endpoint(service),
         conditions=conditions,
-        tuning=tuning_status,
+        tuning=tuning,
     )
     return _reconciler_part(status)
+
+
+def tuning_status(batching: BatchingDecision, sku_name: str) -> TuningStatus:
+    """status.tuning: the batching decision as the API publishes it."""
+    lower, upper = batching.lower, batching.upper
+    return TuningStatus(
+        sku=sku_name,
+        max_num_batched_tokens=batching.token_budget,
+        max_num_seqs=batching.max_num_seqs,
+        source=batching.source,
+        set_by=_budget_bound(batching.set_by),
+        max_num_seqs_source=batching.max_num_seqs_source,
+        lower_bound=None if lower is None else _budget_bound(lower),
+        upper_bound=None if upper is None else _budget_bound(upper),
+        feasible=batching.feasible,
+        reason=batching.reason,
+    )
+
+
+def _budget_bound(bound: Bound) -> BudgetBound:
+    return BudgetBound(kind=bound.kind, tokens=bound.tokens)
 
 
 def owned_status(service: LLMService) -> dict[str, Any]:
@@ -174,10 +195,6 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     return status.model_copy(update={"conditions": own}).model_dump(
         by_alias=True, mode="json", exclude={"autoscaling"}, exclude_none=True
     )
-
-
-def status_changed(service: LLMService, desired: dict[str, Any]) -> bool:
-    return owned_status(service) != desired
 
 
 # The holds that mean the autoscaler is blind: the condition status each gives, and its words.
@@ -227,3 +244,42 @@ def metrics_condition(
     found = cond.find(updated, cond.METRICS_AVAILABLE)
     assert found is not None  # set_condition just put it there
     return found
+
+
+def autoscaler_status(
+    applied: Mapping[str, Any] | None,
+    *,
+    desired_replicas: int,
+    mode: str,
+    reason_code: str,
+    reason: str,
+    condition: Condition | None,
+    now: str,
+) -> dict[str, Any]:
+    """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
+    last: status.autoscaling is new only when the outcome (replicas, mode, reason code)
+    changed, and the MetricsAvailable condition is the last one when none is given. A steady
+    service therefore gives the same JSON every time, and the caller writes nothing.
+    """
+    previous = applied or {}
+    autoscaling = previous.get("autoscaling")
+    outcome = (desired_replicas, mode, reason_code)
+    if autoscaling is None or outcome != (
+        autoscaling.get("desiredReplicas"),
+        autoscaling.get("mode"),
+        autoscaling.get("reasonCode"),
+    ):
+        autoscaling = AutoscalingStatus(
+            desired_replicas=desired_replicas,
+            mode=mode,
+            reason_code=reason_code,
+            reason=reason,
+            last_decision_time=now,
+        ).model_dump(by_alias=True, mode="json")
+    owned: dict[str, Any] = {"autoscaling": autoscaling}
+    if condition is not None:
+        owned["conditions"] = [condition.model_dump(by_alias=True, mode="json", exclude_none=True)]
+    elif "conditions" in previous:
+        # A field left out of an apply is removed: keep the condition applied before.
+        owned["conditions"] = previous["conditions"]
+    return owned

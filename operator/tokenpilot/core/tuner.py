@@ -1,25 +1,28 @@
 """The token-budget tuner: `--max-num-batched-tokens` and `--max-num-seqs` for a GPU and SLOs.
 
-Algorithm (every bound is a number and a sentence; the sentences become `binding`):
-  1. Plan capacity at the expected context. `max_num_seqs` is the user's cap (vLLM's 256 by
-     default): it is not lowered for ITL or to the KV fit, because a request refused a slot waits
-     a whole output's worth of steps for one (TTFT breaks), while one more running sequence adds
-     only its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
+Algorithm; each numbered step is one function below, and every bound is a `Bound` (a kind,
+tokens and words):
+  1. `choose_max_num_seqs`: the user's cap, else vLLM's 256 (or a smaller budget the spec sets).
+     It is not lowered for ITL or to the KV fit, because a request refused a slot waits a whole
+     output's worth of steps for one (TTFT breaks), while one more running sequence adds only
+     its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
      The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
-     at the expected context and whose pure-decode step stays under the ITL limit (the P99 ITL
-     target times a headroom factor); load beyond it per replica is the autoscaler's.
-  2. Upper bound: the largest budget B whose slowest step, `planned` decodes plus the rest prefill
-     tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past the
-     threshold jumps (measured where the profile has measurements, estimated otherwise).
-  3. Lower bound: every step stays under the ITL limit, so a prompt of L tokens may take at most
+     at the expected context and whose pure-decode step stays under the decode share of the ITL
+     limit (the P99 ITL target times a headroom factor); load beyond it is the autoscaler's.
+  2. `upper_bound`: the largest budget B whose slowest step, `planned` decodes plus the rest
+     prefill tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past
+     the threshold jumps (measured where the profile has measurements, estimated otherwise).
+  3. `lower_bound`: every step stays under the ITL limit, so a prompt of L tokens may take at most
      floor(TTFT / ITL) steps and each must carry ceil(L / steps) prefill tokens.
-  4. Pick: interactive takes the largest budget whose prefill still hides under the decode read
-     (the slowest step within 5 % of pure decode), raised to the lower bound if TTFT needs more;
-     throughput takes the knee, the upper bound, past which the step jumps or ITL breaks.
-     Either way the budget stays within [upper bound, lower bound] when they do not cross.
-  5. When the bounds cross, say which SLOs collide and what to change; the budget honours ITL.
-     `Infeasible` is raised only for strict SLOs; otherwise `feasible` is False.
+  4. `pick_budget`: interactive takes the largest budget whose prefill still hides under the
+     decode read (the slowest step within 5 % of pure decode), raised to the lower bound if TTFT
+     needs more; throughput takes the knee, the upper bound, past which the step jumps or ITL
+     breaks; balanced the midpoint of the two. A budget the spec sets is kept as it is.
+  5. `judge`: when the bounds cross, say which SLOs collide and what to change; the budget
+     honours ITL. `Infeasible` is raised only for strict SLOs; otherwise the decision carries
+     the problem.
 Budgets are multiples of the KV block size and lie in [max_num_seqs, max_model_len x max_num_seqs].
+The step model is used only through `StepModel`'s five members.
 """
 
 from __future__ import annotations
@@ -27,9 +30,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from tokenpilot.api.llmservice import BatchingProfile
+from tokenpilot.api.llmservice import (
+    DEFAULT_BATCHING_PROFILE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_MODEL_LEN,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_TENSOR_PARALLEL_SIZE,
+    BatchingProfile,
+    BatchingSource,
+    BoundKind,
+    SeqsSource,
+)
 from tokenpilot.api.model_shape import ModelShape
+from tokenpilot.core.batching import BatchingDecision, Bound
 from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
@@ -43,11 +58,28 @@ ITL_HEADROOM = 0.8
 DECODE_STEP_SHARE = 0.9
 # A step counts as "prefill hidden" while it is at most this much slower than pure decode.
 HIDDEN_PREFILL_TOLERANCE = 0.05
-# vLLM's own default cap on running sequences outside its largest-GPU setting.
-DEFAULT_MAX_NUM_SEQS = 256
 # Context assumed per sequence when the user gives none: the prompt plus this many output tokens.
 DEFAULT_OUTPUT_TOKENS = 512
 DEFAULT_PROMPT_TOKENS = 1536
+FIX = "choose a faster SKU, relax an SLO, or split prefill and decode"
+
+
+class StepModel(Protocol):
+    """What the tuner asks of a step-time model (`core.steptime`)."""
+
+    @property
+    def threshold_tokens(self) -> int: ...
+
+    @property
+    def measured(self) -> bool: ...
+
+    def iteration_s(
+        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+    ) -> float: ...
+
+    def decode_step_s(self, num_decode: int, context_tokens: int) -> float: ...
+
+    def describe(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,38 +93,82 @@ class ServiceLevel:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadHints:
-    """What is known of the workload and the deployment; all optional but the defaults."""
+    """What is known of the workload and the deployment; the defaults are the API's.
+
+    `max_num_seqs` and `token_budget` are the spec's integers when it sets them."""
 
     prompt_p99_tokens: int | None = None
     expected_context_tokens: int | None = None
-    max_model_len: int = 8192
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
     max_num_seqs: int | None = None
-    objective: BatchingProfile = BatchingProfile.interactive
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    token_budget: int | None = None
+    objective: BatchingProfile = DEFAULT_BATCHING_PROFILE
+    tensor_parallel_size: int = DEFAULT_TENSOR_PARALLEL_SIZE
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+@dataclass(frozen=True, slots=True)
+class SeqsChoice:
+    """Step 1's answer: the engine's cap, and the decode batch the budget is sized for."""
+
+    max_num_seqs: int
+    source: SeqsSource
+    planned_decodes: int
+    # The most decodes any looser ITL could plan: min(KV fit, max_num_seqs).
+    max_decodes: int
+    words: str
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepFrame:
+    """What steps 2 to 4 share: the step model at the expected context, the step limit and the
+    range a budget may take."""
+
+    gpu: str
+    model: StepModel
+    context_tokens: int
+    step_limit_s: float
+    planned_decodes: int
+    # (decodes, step limit) for each ITL looser than the target that plans more decodes.
+    looser: tuple[tuple[int, float], ...]
+    floor_budget: int
+    max_budget: int
+
+    def slowest_step_s(self, budget: int, num_decodes: int | None = None) -> float:
+        """A step of `budget` tokens: the decodes (all planned by default), the rest prefill."""
+        decodes = min(self.planned_decodes if num_decodes is None else num_decodes, budget)
+        prefill = budget - decodes
+        return self.model.iteration_s(decodes, prefill, decodes * self.context_tokens + prefill)
+
+    def largest_budget(self, num_decodes: int, step_limit_s: float, high: int) -> int | None:
+        """The largest block multiple in [floor, high] whose slowest step fits the limit."""
+        blocks = _largest(
+            self.floor_budget // BLOCK_SIZE,
+            high // BLOCK_SIZE,
+            lambda k: self.slowest_step_s(k * BLOCK_SIZE, num_decodes) <= step_limit_s,
+        )
+        return None if blocks is None else blocks * BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
-    """The tuner's answer with its reasons; `binding` names what set each value."""
+    """The tuner's answer: the decision, and the predictions and plans behind it."""
 
     gpu: str
-    token_budget: int
-    max_num_seqs: int
+    decision: BatchingDecision
+    objective: BatchingProfile
+    planned_decodes: int
     predicted_itl_p99_s: float
     predicted_ttft_p99_s: float | None
-    binding: tuple[str, ...]
-    feasible: bool
-    message: str
-    lower_bound_tokens: int
-    upper_bound_tokens: int
-    threshold_tokens: int
-    measured: bool
-    objective: BatchingProfile
     vllm_default_budget: int
     predicted_itl_p99_s_at_default: float
+    threshold_tokens: int
+    measured: bool
     capacity: CapacityPlan
     step_model: str
+    # The vLLM flags when the SLOs can be met, else which collide and what to change.
+    message: str
 
 
 def vllm_default_token_budget(profile: GPUProfile) -> int:
@@ -106,7 +182,7 @@ def recommend(
     profile: GPUProfile, shape: ModelShape, slo: ServiceLevel, hints: WorkloadHints
 ) -> Recommendation:
     """The budget and max_num_seqs for `shape` on `profile` under `slo`; see the module doc."""
-    _check(slo, hints)
+    check_inputs(slo, hints)
     prompt = hints.prompt_p99_tokens
     context = hints.expected_context_tokens or min(
         hints.max_model_len, (prompt or DEFAULT_PROMPT_TOKENS) + DEFAULT_OUTPUT_TOKENS
@@ -119,221 +195,302 @@ def recommend(
         hints.max_model_len,
         context,
     )
-    model = step_time_model(profile, shape, hints.tensor_parallel_size)
+    model: StepModel = step_time_model(profile, shape, hints.tensor_parallel_size)
     # Without an ITL target nothing bounds a step but the threshold.
-    limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
-    itl = "(none)" if slo.itl_p99_s is None else format_duration_s(slo.itl_p99_s)
-    ttft = "(none)" if slo.ttft_p99_s is None else format_duration_s(slo.ttft_p99_s)
-    binding: list[str] = []
-    problems: list[str] = []
+    step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
 
-    # 1. max_num_seqs
-    # The engine's cap weighs queueing against ITL. A request refused a slot waits a whole
-    # output's worth of steps for one, which breaks TTFT; one more running sequence adds only its
-    # KV read to a step, small next to the weights. vLLM's block manager already admits only
-    # what the KV cache holds, so the cap stays at the user's (or vLLM's default): a cap at the
-    # KV fit for the mean context would refuse short requests that fit. ITL sizes `planned`, the
-    # decode batch the budget is built around; load beyond it per replica raises the P99 ITL or
-    # the queue, and the autoscaler adds replicas.
-    num_seqs = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
-    seqs_reason = (
-        f"maxNumSeqs cap {num_seqs}"
-        if hints.max_num_seqs
-        else f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
+    seqs = choose_max_num_seqs(profile.name, model, capacity, context, step_limit_s, slo, hints)
+    frame = step_frame(profile.name, model, context, step_limit_s, hints, seqs)
+    upper, upper_problem = upper_bound(frame, slo)
+    lower, lower_problem = lower_bound(frame, slo, prompt, upper)
+    set_by = pick_budget(frame, hints, lower, upper)
+    problem = judge(frame, slo, prompt, lower, upper, (seqs.problem, upper_problem, lower_problem))
+
+    budget = set_by.tokens
+    predicted_ttft = (
+        None
+        if prompt is None
+        else math.ceil(prompt / max(1, budget - frame.planned_decodes))
+        * frame.slowest_step_s(budget)
     )
+    default_budget = vllm_default_token_budget(profile)
+    decision = BatchingDecision(
+        token_budget=budget,
+        max_num_seqs=seqs.max_num_seqs,
+        source=(
+            BatchingSource.measured_profile if model.measured else BatchingSource.datasheet_profile
+        ),
+        set_by=set_by,
+        max_num_seqs_source=seqs.source,
+        max_num_seqs_words=seqs.words,
+        lower=lower,
+        upper=upper,
+        problem=problem,
+    )
+    return Recommendation(
+        gpu=profile.name,
+        decision=decision,
+        objective=hints.objective,
+        planned_decodes=frame.planned_decodes,
+        predicted_itl_p99_s=frame.slowest_step_s(budget),
+        predicted_ttft_p99_s=predicted_ttft,
+        vllm_default_budget=default_budget,
+        predicted_itl_p99_s_at_default=frame.slowest_step_s(default_budget),
+        threshold_tokens=model.threshold_tokens,
+        measured=model.measured,
+        capacity=capacity,
+        step_model=model.describe(),
+        message=problem
+        or (
+            f"{profile.name}: --max-num-batched-tokens {budget} --max-num-seqs "
+            f"{seqs.max_num_seqs} ({hints.objective.value}; bounds {lower.tokens:,}.."
+            f"{upper.tokens:,})"
+        ),
+    )
+
+
+def choose_max_num_seqs(
+    gpu: str,
+    model: StepModel,
+    capacity: CapacityPlan,
+    context: int,
+    step_limit_s: float,
+    slo: ServiceLevel,
+    hints: WorkloadHints,
+) -> SeqsChoice:
+    """Step 1: the engine's cap on running sequences, and `planned`, the decodes per step the
+    budget is sized for."""
+    if hints.max_num_seqs is not None:
+        num_seqs, source = hints.max_num_seqs, SeqsSource.spec
+        seqs_reason = f"maxNumSeqs cap {num_seqs}"
+    elif hints.token_budget is not None and hints.token_budget < DEFAULT_MAX_NUM_SEQS:
+        # Every running sequence needs a token of the budget per step.
+        num_seqs, source = hints.token_budget, SeqsSource.token_budget
+        seqs_reason = f"the spec's token budget of {num_seqs} fits no more sequences"
+    else:
+        num_seqs, source = DEFAULT_MAX_NUM_SEQS, SeqsSource.vllm_default
+        seqs_reason = f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
     kv_fit = max(1, capacity.max_concurrency)
     kv_reason = (
         f"the KV cache holds {kv_fit} sequences of {context:,} tokens "
         f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE}; vLLM admits by free blocks)"
     )
-    decode_limit_s = limit_s * DECODE_STEP_SHARE
-    fit = min(kv_fit, num_seqs)
-    planned = _largest(1, fit, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    itl = _target(slo.itl_p99_s)
+    decode_limit_s = step_limit_s * DECODE_STEP_SHARE
+    max_decodes = min(kv_fit, num_seqs)
+    planned = _largest(1, max_decodes, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
     if planned is None:
-        planned = 1
-        problems.append(
-            f"even one sequence at {context:,} tokens takes "
-            f"{format_duration_s(model.decode_step_s(1, context))} per step on {profile.name}, "
-            f"over the {format_duration_s(decode_limit_s)} decode share of the step limit for "
-            f"ITL {itl}"
+        return SeqsChoice(
+            num_seqs,
+            source,
+            planned_decodes=1,
+            max_decodes=max_decodes,
+            words=(
+                f"max_num_seqs {num_seqs}: {seqs_reason}; ITL {itl} cannot be met even by one "
+                "sequence, and a lower cap would only queue requests"
+            ),
+            problem=(
+                f"even one sequence at {context:,} tokens takes "
+                f"{format_duration_s(model.decode_step_s(1, context))} per step on {gpu}, "
+                f"over the {format_duration_s(decode_limit_s)} decode share of the step limit "
+                f"for ITL {itl}"
+            ),
         )
-        binding.append(
-            f"max_num_seqs {num_seqs}: {seqs_reason}; ITL {itl} cannot be met even by one "
-            "sequence, and a lower cap would only queue requests"
-        )
-    elif planned < fit:
-        binding.append(
+    if planned < max_decodes:
+        words = (
             f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}. ITL {itl} leaves "
             f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
             f"of them: the budget is sized for {planned} decodes, and load beyond that per "
             "replica is the autoscaler's to spread"
         )
     else:
-        binding.append(f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}")
+        words = f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}"
+    return SeqsChoice(num_seqs, source, planned, max_decodes, words)
 
-    def slowest_for(num_decodes: int, budget: int) -> float:
-        decodes = min(num_decodes, budget)
-        prefill = budget - decodes
-        return model.iteration_s(decodes, prefill, decodes * context + prefill)
 
-    def slowest_s(budget: int) -> float:
-        return slowest_for(planned, budget)
+def step_frame(
+    gpu: str,
+    model: StepModel,
+    context: int,
+    step_limit_s: float,
+    hints: WorkloadHints,
+    seqs: SeqsChoice,
+) -> StepFrame:
+    """What steps 2 to 4 share, once step 1 has set max_num_seqs and `planned`.
 
-    floor_budget = _round_up(num_seqs)
-    max_budget = max(floor_budget, hints.max_model_len * num_seqs // BLOCK_SIZE * BLOCK_SIZE)
+    A looser ITL plans more decodes, and each takes a share of the step from prefill: just
+    past the ITL at which one more decode fits, the ITL bound dips below the one here. A
+    tighter ITL must never get a larger budget, so each bound is also the lowest that any
+    looser ITL (planning up to `max_decodes`) would give; `looser` lists those plans."""
+    floor_budget = _round_up(seqs.max_num_seqs)
+    return StepFrame(
+        gpu=gpu,
+        model=model,
+        context_tokens=context,
+        step_limit_s=step_limit_s,
+        planned_decodes=seqs.planned_decodes,
+        looser=tuple(
+            (more, model.decode_step_s(more, context) / DECODE_STEP_SHARE)
+            for more in range(seqs.planned_decodes + 1, seqs.max_decodes + 1)
+        ),
+        floor_budget=floor_budget,
+        max_budget=max(
+            floor_budget, hints.max_model_len * seqs.max_num_seqs // BLOCK_SIZE * BLOCK_SIZE
+        ),
+    )
 
-    def largest_budget(num_decodes: int, step_limit_s: float, high: int) -> int | None:
-        blocks = _largest(
-            floor_budget // BLOCK_SIZE,
-            high // BLOCK_SIZE,
-            lambda k: slowest_for(num_decodes, k * BLOCK_SIZE) <= step_limit_s,
-        )
-        return None if blocks is None else blocks * BLOCK_SIZE
 
-    # A looser ITL plans more decodes, and each takes a share of the step from prefill: just
-    # past the ITL at which one more decode fits, the ITL bound dips below the one here. A
-    # tighter ITL must never get a larger budget, so each bound below is also the lowest that
-    # any looser ITL (planning up to `fit` decodes) would give.
-    looser = [
-        (more, model.decode_step_s(more, context) / DECODE_STEP_SHARE)
-        for more in range(planned + 1, fit + 1)
-    ]
-
-    # 2. upper bound
-    itl_bound = largest_budget(planned, limit_s, max_budget)
-    itl_blocks = None if itl_bound is None else itl_bound // BLOCK_SIZE
-    itl_bound = floor_budget if itl_bound is None else itl_bound
-    envelope_reason = ""
-    if itl_blocks is not None:
-        for more, looser_limit_s in looser:
-            bound = largest_budget(more, looser_limit_s, itl_bound)
+def upper_bound(frame: StepFrame, slo: ServiceLevel) -> tuple[Bound, str | None]:
+    """Step 2: the largest budget whose slowest step keeps ITL, capped by the GPU's threshold;
+    and the problem when even the smallest budget does not keep it."""
+    f, itl = frame, _target(slo.itl_p99_s)
+    itl_bound = f.largest_budget(f.planned_decodes, f.step_limit_s, f.max_budget)
+    itl_met = itl_bound is not None
+    itl_bound = f.floor_budget if itl_bound is None else itl_bound
+    envelope = ""
+    if itl_met:
+        for more, looser_limit_s in f.looser:
+            bound = f.largest_budget(more, looser_limit_s, itl_bound)
             if bound is not None and bound < itl_bound:
                 itl_bound = bound
                 looser_itl = format_duration_s(looser_limit_s / ITL_HEADROOM)
-                envelope_reason = (
+                envelope = (
                     f" (no more than a looser ITL of {looser_itl} allows with {more} decodes: "
                     "a tighter ITL never gets a larger budget)"
                 )
-    threshold = max(floor_budget, model.threshold_tokens // BLOCK_SIZE * BLOCK_SIZE)
-    basis = "measured" if model.measured else "estimated from the datasheet"
+    threshold = max(f.floor_budget, f.model.threshold_tokens // BLOCK_SIZE * BLOCK_SIZE)
     if threshold <= itl_bound:
-        upper = threshold
-        upper_source = f"the {basis} threshold caps B at {upper:,}"
-        upper_reason = (
-            f"at most {upper:,}: the {basis} threshold of {model.threshold_tokens:,} tokens on "
-            f"{profile.name}; past it steps jump by "
-            f"{format_duration_s(model.jump_at(planned))}"
+        words = (
+            f"at most {threshold:,}: the {_basis(f.model)} threshold of "
+            f"{f.model.threshold_tokens:,} tokens on {f.gpu}; past it a step's time jumps"
         )
         if itl_bound > threshold and slo.itl_p99_s is not None:
-            upper_reason += f" (ITL {itl} alone would allow {itl_bound:,})"
-    else:
-        upper = itl_bound
-        upper_source = f"ITL {itl} needs B <= {upper:,}"
-        upper_reason = (
-            f"at most {upper:,}: ITL {itl} keeps the slowest step (all {planned} decodes plus "
-            f"prefill) under {format_duration_s(limit_s)}{envelope_reason}"
+            words += f" (ITL {itl} alone would allow {itl_bound:,})"
+        return Bound(BoundKind.step_threshold, threshold, words), None
+    words = (
+        f"at most {itl_bound:,}: ITL {itl} keeps the slowest step (all {f.planned_decodes} "
+        f"decodes plus prefill) under {format_duration_s(f.step_limit_s)}{envelope}"
+    )
+    problem = (
+        None
+        if itl_met
+        else (
+            f"ITL {itl} needs steps under {format_duration_s(f.step_limit_s)}, but "
+            f"{f.planned_decodes} decodes alone take "
+            f"{format_duration_s(f.slowest_step_s(f.floor_budget))}"
         )
-        if itl_blocks is None and not problems:
-            problems.append(
-                f"ITL {itl} needs steps under {format_duration_s(limit_s)}, but "
-                f"{planned} decodes alone take {format_duration_s(slowest_s(floor_budget))}"
-            )
+    )
+    return Bound(BoundKind.itl_step, itl_bound, words), problem
 
-    # 3. lower bound
-    lower = floor_budget
-    lower_reason = f"at least {lower:,}: vLLM needs a budget of at least max_num_seqs"
-    if prompt is not None and slo.ttft_p99_s is not None:
-        step_bound_s = limit_s if slo.itl_p99_s is not None else slowest_s(upper)
-        num_steps = math.floor(slo.ttft_p99_s * ITL_HEADROOM / step_bound_s + 1e-9)
-        if num_steps < 1:
-            lower = max_budget + BLOCK_SIZE
-            lower_reason = f"TTFT {ttft} is shorter than one step at ITL {itl}"
-            problems.append(lower_reason)
-        else:
-            lower = max(floor_budget, _round_up(planned + math.ceil(prompt / num_steps)))
-            lower_reason = (
-                f"at least {lower:,}: TTFT {ttft} at {prompt:,}-token prompts allows "
-                f"{num_steps} steps of under {format_duration_s(step_bound_s)}, so each must carry "
-                f"{math.ceil(prompt / num_steps):,} prompt tokens beside {planned} decodes"
-            )
 
-    # 4. pick
+def lower_bound(
+    frame: StepFrame, slo: ServiceLevel, prompt: int | None, upper: Bound
+) -> tuple[Bound, str | None]:
+    """Step 3: the smallest budget that prefills a P99 prompt within TTFT (at least
+    max_num_seqs); and the problem when TTFT is shorter than one step."""
+    f, itl, ttft = frame, _target(slo.itl_p99_s), _target(slo.ttft_p99_s)
+    floor = Bound(
+        BoundKind.max_num_seqs,
+        f.floor_budget,
+        f"at least {f.floor_budget:,}: vLLM needs a budget of at least max_num_seqs",
+    )
+    if prompt is None or slo.ttft_p99_s is None:
+        return floor, None
+    step_bound_s = f.step_limit_s if slo.itl_p99_s is not None else f.slowest_step_s(upper.tokens)
+    num_steps = math.floor(slo.ttft_p99_s * ITL_HEADROOM / step_bound_s + 1e-9)
+    if num_steps < 1:
+        words = f"TTFT {ttft} is shorter than one step at ITL {itl}"
+        return Bound(BoundKind.ttft_prefill, f.max_budget + BLOCK_SIZE, words), words
+    per_step = math.ceil(prompt / num_steps)
+    tokens = max(f.floor_budget, _round_up(f.planned_decodes + per_step))
+    words = (
+        f"at least {tokens:,}: TTFT {ttft} at {prompt:,}-token prompts allows "
+        f"{num_steps} steps of under {format_duration_s(step_bound_s)}, so each must carry "
+        f"{per_step:,} prompt tokens beside {f.planned_decodes} decodes"
+    )
+    return Bound(BoundKind.ttft_prefill, tokens, words), None
+
+
+def pick_budget(frame: StepFrame, hints: WorkloadHints, lower: Bound, upper: Bound) -> Bound:
+    """Step 4: where the objective puts the budget between the bounds (or the spec's budget)."""
+    f = frame
+    if hints.token_budget is not None:
+        return Bound(
+            BoundKind.spec,
+            hints.token_budget,
+            f"maxNumBatchedTokens {hints.token_budget:,} is set in the spec (the tuner's bounds: "
+            f"{lower.tokens:,} to {upper.tokens:,})",
+        )
+
     def hidden_for(num_decodes: int, high: int) -> int:
-        hidden_limit_s = slowest_for(num_decodes, floor_budget) * (1 + HIDDEN_PREFILL_TOLERANCE)
-        return largest_budget(num_decodes, hidden_limit_s, high) or floor_budget
+        pure_decode_s = f.slowest_step_s(f.floor_budget, num_decodes)
+        limit_s = pure_decode_s * (1 + HIDDEN_PREFILL_TOLERANCE)
+        return f.largest_budget(num_decodes, limit_s, high) or f.floor_budget
 
-    hidden_top = hidden_for(planned, upper)
-    for more, _ in looser:  # the same envelope as the upper bound's
+    hidden_top = hidden_for(f.planned_decodes, upper.tokens)
+    for more, _ in f.looser:  # the same envelope as the upper bound's
         hidden_top = min(hidden_top, hidden_for(more, hidden_top))
+    interactive = min(upper.tokens, max(lower.tokens, hidden_top))
     if hints.objective is BatchingProfile.throughput:
-        budget = upper
-        binding.append(f"token_budget {budget:,} (throughput: the knee) {upper_reason}")
-    elif hints.objective is BatchingProfile.balanced:
-        interactive = min(upper, max(lower, hidden_top))
-        budget = _round_up((interactive + upper) // 2)
-        binding.append(
+        words = f"token_budget {upper.tokens:,} (throughput: the knee) {upper.words}"
+        return Bound(upper.kind, upper.tokens, words)
+    if hints.objective is BatchingProfile.balanced:
+        budget = _round_up((interactive + upper.tokens) // 2)
+        words = (
             f"token_budget {budget:,} (balanced): halfway between the interactive pick "
-            f"{interactive:,} and the knee {upper:,}"
+            f"{interactive:,} and the knee {upper.tokens:,}"
         )
-    else:
-        budget = min(upper, max(lower, hidden_top))
-        if budget == upper and upper <= hidden_top:
-            binding.append(f"token_budget {budget:,} {upper_reason}")
-        elif budget == lower and lower > hidden_top:
-            binding.append(f"token_budget {budget:,} {lower_reason}")
+        return Bound(BoundKind.midpoint, budget, words)
+    if interactive == upper.tokens and upper.tokens <= hidden_top:
+        return Bound(upper.kind, interactive, f"token_budget {interactive:,} {upper.words}")
+    if interactive == lower.tokens and lower.tokens > hidden_top:
+        return Bound(lower.kind, interactive, f"token_budget {interactive:,} {lower.words}")
+    words = (
+        f"token_budget {interactive:,} (interactive): the largest budget whose prefill "
+        f"still hides under the decode read (slowest step "
+        f"{format_duration_s(f.slowest_step_s(interactive))}, pure decode "
+        f"{format_duration_s(f.slowest_step_s(f.floor_budget))})"
+    )
+    return Bound(BoundKind.hidden_prefill, interactive, words)
+
+
+def judge(
+    frame: StepFrame,
+    slo: ServiceLevel,
+    prompt: int | None,
+    lower: Bound,
+    upper: Bound,
+    step_problems: tuple[str | None, str | None, str | None],
+) -> str | None:
+    """Step 5: None when the SLOs can all be met; else which collide and what to change.
+    Strict SLOs raise `Infeasible` instead."""
+    seqs_problem, upper_problem, lower_problem = step_problems
+    problems = [p for p in (seqs_problem,) if p is not None]
+    # Once one decode alone breaks ITL, that ITL's bound says nothing new.
+    if upper_problem is not None and not problems:
+        problems.append(upper_problem)
+    if lower_problem is not None:
+        problems.append(lower_problem)
+    if lower.tokens > upper.tokens and not problems and prompt is not None:
+        if upper.kind is BoundKind.itl_step:
+            claim = f"ITL {_target(slo.itl_p99_s)} needs B <= {upper.tokens:,}"
         else:
-            binding.append(
-                f"token_budget {budget:,} (interactive): the largest budget whose prefill "
-                f"still hides under the decode read (slowest step "
-                f"{format_duration_s(slowest_s(budget))}, pure decode "
-                f"{format_duration_s(slowest_s(floor_budget))})"
-            )
-
-    crossed = lower > upper
-    if crossed and not problems and prompt is not None:
+            claim = f"the {_basis(frame.model)} threshold caps B at {upper.tokens:,}"
         problems.append(
-            f"{upper_source} on {profile.name}; TTFT {ttft} at "
-            f"{_tokens_k(prompt)}-token prompts needs B >= {lower:,}"
+            f"{claim} on {frame.gpu}; TTFT {_target(slo.ttft_p99_s)} at {_tokens_k(prompt)}-token "
+            "prompts "
+            f"needs B >= {lower.tokens:,}"
         )
-    feasible = not problems
-    if feasible:
-        message = (
-            f"{profile.name}: --max-num-batched-tokens {budget} --max-num-seqs {num_seqs} "
-            f"({hints.objective.value}; bounds {lower:,}..{upper:,})"
-        )
-    else:
-        message = (
-            "; ".join(problems) + ": choose a faster SKU, relax an SLO, or split prefill and decode"
-        )
-        if slo.strict:
-            raise Infeasible(message)
-
-    predicted_ttft = (
-        None if prompt is None else math.ceil(prompt / max(1, budget - planned)) * slowest_s(budget)
-    )
-    default_budget = vllm_default_token_budget(profile)
-    return Recommendation(
-        gpu=profile.name,
-        token_budget=budget,
-        max_num_seqs=num_seqs,
-        predicted_itl_p99_s=slowest_s(budget),
-        predicted_ttft_p99_s=predicted_ttft,
-        binding=tuple(binding),
-        feasible=feasible,
-        message=message,
-        lower_bound_tokens=lower,
-        upper_bound_tokens=upper,
-        threshold_tokens=model.threshold_tokens,
-        measured=model.measured,
-        objective=hints.objective,
-        vllm_default_budget=default_budget,
-        predicted_itl_p99_s_at_default=slowest_s(default_budget),
-        capacity=capacity,
-        step_model=model.describe(),
-    )
+    if not problems:
+        return None
+    message = "; ".join(problems) + f": {FIX}"
+    if slo.strict:
+        raise Infeasible(message)
+    return message
 
 
-def _check(slo: ServiceLevel, hints: WorkloadHints) -> None:
+def check_inputs(slo: ServiceLevel, hints: WorkloadHints) -> None:
+    """Refuse what no step can work with, naming the field and the fix."""
     if slo.itl_p99_s is not None and not slo.itl_p99_s > 0:
         raise InvalidSpec(f"itlP99 must be positive, got {slo.itl_p99_s} s")
     if slo.ttft_p99_s is not None and not slo.ttft_p99_s > 0:
@@ -348,6 +505,8 @@ def _check(slo: ServiceLevel, hints: WorkloadHints) -> None:
         )
     if hints.max_num_seqs is not None and hints.max_num_seqs < 1:
         raise InvalidSpec(f"maxNumSeqs must be at least 1, got {hints.max_num_seqs}")
+    if hints.token_budget is not None and hints.token_budget < 1:
+        raise InvalidSpec(f"maxNumBatchedTokens must be at least 1, got {hints.token_budget}")
 
 
 def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
@@ -367,6 +526,14 @@ def _round_up(tokens: int) -> int:
     return -(-tokens // BLOCK_SIZE) * BLOCK_SIZE
 
 
+def _target(value_s: float | None) -> str:
+    return "(none)" if value_s is None else format_duration_s(value_s)
+
+
+def _basis(model: StepModel) -> str:
+    return "measured" if model.measured else "estimated from the datasheet"
+
+
 def _tokens_k(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else f"{tokens:,}"
 
@@ -375,6 +542,12 @@ __all__ = [
     "Recommendation",
     "ServiceLevel",
     "WorkloadHints",
+    "choose_max_num_seqs",
+    "judge",
+    "lower_bound",
+    "pick_budget",
     "recommend",
+    "step_frame",
+    "upper_bound",
     "vllm_default_token_budget",
 ]

@@ -11,10 +11,11 @@ One evaluation of one service
 
     reads the scale subresource and the Ready engine pods         [kube adapter]
     observes the service through its metrics source               [metrics adapter]
-    decide(policy, history, observation, now)                     [core, pure]
-    writes spec.replicas through the scale subresource if it changed, with an Event
-    applies status.autoscaling and the MetricsAvailable condition (core.status.metrics_condition)
-    when the outcome (replicas, mode, reason code) or the condition changed
+    decide(policy, history, observation, now_s)                   [core, pure]
+    the Event, the MetricsAvailable condition and the status the  [core, pure:
+    autoscaler owns                                                events, status]
+    writes spec.replicas through the scale subresource if it changed, posts the Event, applies
+    the status when it differs from what this loop applied last  [kube adapter]
     exports the decision, the bounds, the SLO targets and the replica's hourly cost
 
 Every evaluation has a time limit and its own error handling, so a broken engine or an
@@ -23,7 +24,8 @@ interval is the retry. The reconciler owns everything else in status and propaga
 spec.replicas to the Deployment.
 
 The process-wide part (metrics sources, the /metrics server) is built at startup from
-`memo.autoscaler_config` (an AutoscalerConfig; defaults when absent).
+`memo.autoscaler_config` (an AutoscalerConfig; defaults when absent). Time comes from the
+runtime's clock (adapters/clock.py): monotonic seconds for decide(), wall time for status.
 """
 
 from __future__ import annotations
@@ -31,42 +33,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
+from tokenpilot.adapters.clock import SYSTEM_CLOCK, Clock
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.events import post_event
-from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube.llmservices import list_llmservices
+from tokenpilot.adapters.kube.pods import ready_engine_pods
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
-from tokenpilot.adapters.metrics import (
-    DirectSource,
-    MetricsSource,
-    PodEndpoint,
-    PrometheusSource,
-    ServiceTarget,
-)
+from tokenpilot.adapters.metrics import MetricsSources, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
-from tokenpilot.api.llmservice import Condition, LLMService, MetricsSourceType
-from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, Reason, decide
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, decide
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.events import scale_event
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.render import HTTP_PORT, selector_string
-from tokenpilot.core.status import metrics_condition
+from tokenpilot.core.render import selector_string
+from tokenpilot.core.status import autoscaler_status, metrics_condition
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
-PODS = RESOURCES[("v1", "Pod")]
 # Used when the spec cannot be read at all: how soon to look again.
 FALLBACK_INTERVAL_S = 5.0
-BLIND = (Reason.missing_metrics, Reason.stale_metrics, Reason.partial_scrape)
 # The longest one evaluation may take (scrapes have their own, shorter timeout).
 EVALUATION_TIMEOUT_S = 30.0
 # The longest the loop sleeps between listings, so a new service is seen this soon.
@@ -84,68 +79,22 @@ class AutoscalerConfig:
 
 @dataclass
 class AutoscalerRuntime:
-    """Shared by every service's daemon: one scraping client, one Prometheus client per URL."""
+    """Shared by every service's loop: the metrics sources, the operator's metrics, the clock."""
 
     config: AutoscalerConfig
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
-    direct: DirectSource | None = None
-    prometheus: dict[str, PrometheusSource] = field(default_factory=dict)
+    sources: MetricsSources = field(init=False)
+    clock: Clock = SYSTEM_CLOCK
 
-    def source(self, service: LLMService) -> MetricsSource:
-        wanted = service.spec.autoscaling.metrics
-        if wanted.type is MetricsSourceType.prometheus and wanted.prometheus_url:
-            url = wanted.prometheus_url
-            if url not in self.prometheus:
-                self.prometheus[url] = PrometheusSource(url, timeout_s=self.config.scrape_timeout_s)
-            return self.prometheus[url]
-        if self.direct is None:
-            self.direct = DirectSource(timeout_s=self.config.scrape_timeout_s)
-        return self.direct
-
-    async def aclose(self) -> None:
-        sources: list[MetricsSource] = [*self.prometheus.values()]
-        if self.direct is not None:
-            sources.append(self.direct)
-        for source in sources:
-            await source.aclose()
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    if pod.get("metadata", {}).get("deletionTimestamp") or not pod.get("status", {}).get("podIP"):
-        return False
-    conditions = pod.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _metrics_url(pod: Mapping[str, Any]) -> str:
-    port = HTTP_PORT
-    for container in pod.get("spec", {}).get("containers", [])[:1]:
-        for declared in container.get("ports") or []:
-            if declared.get("name") == "http":
-                port = int(declared["containerPort"])
-    return f"http://{pod['status']['podIP']}:{port}/metrics"
-
-
-def ready_pods(client: KubeClient, service: LLMService) -> tuple[PodEndpoint, ...]:
-    """The service's Ready, non-terminating engine pods with their /metrics URLs."""
-    meta = service.metadata
-    listed = client.request(
-        "GET", PODS.path(meta.namespace), query={"labelSelector": selector_string(service)}
-    )
-    pods = [pod for pod in listed.get("items", []) if _ready(pod)]
-    return tuple(
-        PodEndpoint(pod["metadata"]["name"], _metrics_url(pod))
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"])
-    )
+    def __post_init__(self) -> None:
+        self.sources = MetricsSources(timeout_s=self.config.scrape_timeout_s)
 
 
 @dataclass
 class ServiceLoop:
-    """One service's evaluations; `history` is threaded from one decide() to the next."""
+    """One service's evaluations; `history` is threaded from one decide() to the next, and
+    `applied` is the status it last applied (it re-applies all of it with any change, since a
+    field left out of an apply is removed)."""
 
     runtime: AutoscalerRuntime
     client: KubeClient
@@ -153,14 +102,12 @@ class ServiceLoop:
     name: str
     profile_of: Callable[[str], GPUProfile] | None = None
     history: History = field(default_factory=History)
-    last_status: tuple[int, str, str] | None = None
-    # What this loop last applied to status: it re-applies all of it with any change, since
-    # a field left out of an apply is removed.
     applied: dict[str, Any] | None = None
 
     async def evaluate(self, body: Mapping[str, Any]) -> float:
         """One evaluation; returns the seconds to wait before the next."""
-        started_s = time.monotonic()
+        clock = self.runtime.clock
+        started_s = clock.monotonic_s()
         try:
             service = LLMService.model_validate(dict(body))
             policy = policy_from_spec(service.spec)
@@ -168,8 +115,16 @@ class ServiceLoop:
         except (ValidationError, InvalidSpec) as error:
             # The user must fix the spec; keep the replicas and say so in status.
             replicas = int(body.get("spec", {}).get("replicas", 0))
-            await self._write_status(
-                replicas, Mode.hold.value, f"autoscaling spec unusable: {error}"
+            await self._apply_status(
+                autoscaler_status(
+                    self.applied,
+                    desired_replicas=replicas,
+                    mode=Mode.hold.value,
+                    reason_code="InvalidSpec",
+                    reason=f"autoscaling spec unusable: {error}",
+                    condition=None,
+                    now=clock.now_rfc3339(),
+                )
             )
             return FALLBACK_INTERVAL_S
         try:
@@ -186,26 +141,28 @@ class ServiceLoop:
             pods,
             read_ttft=policy.ttft_p99_slo_s is not None,
         )
-        now_s = time.monotonic()
-        observation = await self.runtime.source(service).observe(target, now_s)
+        now_s = clock.monotonic_s()
+        source = self.runtime.sources.for_spec(service.spec.autoscaling.metrics)
+        observation = await source.observe(target, now_s)
         decision = decide(policy, self.history, observation, now_s)
         self.history = decision.history
         try:
             await self._act(service, scale, decision, observation.problems)
         except KubeError as error:
             log.warning("%s/%s: cannot apply decision: %s", self.namespace, self.name, error)
-        self._export(service, policy, decision, time.monotonic() - started_s)
+        self._export(service, policy, decision, clock.monotonic_s() - started_s)
         return interval_s
 
     def _read_cluster(self, service: LLMService) -> tuple[int, tuple[PodEndpoint, ...]]:
         scale = read_scale(self.client, self.namespace, self.name)
-        return scale.spec_replicas, ready_pods(self.client, service)
+        pods = ready_engine_pods(self.client, self.namespace, selector_string(service))
+        return scale.spec_replicas, pods
 
     async def _act(
         self, service: LLMService, current: int, decision: Decision, problems: Sequence[str]
     ) -> None:
-        changed = decision.desired_replicas != current
-        if changed:
+        now = self.runtime.clock.now_rfc3339()
+        if decision.desired_replicas != current:
             await asyncio.to_thread(
                 write_scale, self.client, self.namespace, self.name, decision.desired_replicas
             )
@@ -218,69 +175,45 @@ class ServiceLoop:
                 decision.mode.value,
                 decision.reason,
             )
-        previous_code = self.last_status[2] if self.last_status else None
-        entering_blind = decision.reason_code in BLIND and previous_code != decision.reason_code
-        if changed or entering_blind:
+        previous = (self.applied or {}).get("autoscaling") or {}
+        event = scale_event(current, decision, previous.get("reasonCode"))
+        if event is not None:
             await asyncio.to_thread(
                 post_event,
                 self.client,
                 namespace=self.namespace,
                 name=self.name,
                 uid=service.metadata.uid,
-                reason=decision.reason_code.value,
-                message=f"{current} -> {decision.desired_replicas}: {decision.reason}",
-                now=_now_iso(),
-                warning=entering_blind,
+                event=event,
+                now=now,
             )
         condition = metrics_condition(
             service.status.conditions,
             decision,
             problems=problems,
             generation=service.metadata.generation,
-            now=_now_iso(),
+            now=now,
         )
-        await self._write_status(
-            decision.desired_replicas,
-            decision.mode.value,
-            decision.reason,
-            code=decision.reason_code.value,
-            condition=condition,
+        await self._apply_status(
+            autoscaler_status(
+                self.applied,
+                desired_replicas=decision.desired_replicas,
+                mode=decision.mode.value,
+                reason_code=decision.reason_code.value,
+                reason=decision.reason,
+                condition=condition,
+                now=now,
+            )
         )
 
-    async def _write_status(
-        self,
-        desired: int,
-        mode: str,
-        reason: str,
-        *,
-        code: str = "InvalidSpec",
-        condition: Condition | None = None,
-    ) -> None:
-        """Apply status.autoscaling (new when the outcome changed) and the MetricsAvailable
-        condition (the last one when not given); a steady service costs no writes."""
-        key = (desired, mode, code)
-        previous = self.applied or {}
-        autoscaling = previous.get("autoscaling")
-        if key != self.last_status or autoscaling is None:
-            autoscaling = {
-                "desiredReplicas": desired,
-                "mode": mode,
-                "reason": reason,
-                "lastDecisionTime": _now_iso(),
-            }
-        owned: dict[str, Any] = {"autoscaling": autoscaling}
-        if condition is not None:
-            owned["conditions"] = [
-                condition.model_dump(by_alias=True, mode="json", exclude_none=True)
-            ]
-        elif "conditions" in previous:
-            owned["conditions"] = previous["conditions"]
+    async def _apply_status(self, owned: dict[str, Any]) -> None:
+        """Apply what the autoscaler owns when it differs from what it applied last."""
         if owned == self.applied:
             return
         await asyncio.to_thread(
             apply_status, self.client, self.namespace, self.name, owned, field_manager=AUTOSCALER
         )
-        self.applied, self.last_status = owned, key
+        self.applied = owned
 
     def _export(
         self,
@@ -289,15 +222,14 @@ class ServiceLoop:
         decision: Decision,
         evaluation_s: float,
     ) -> None:
-        spec, metrics = service.spec, self.runtime.metrics
-        tuning = service.status.tuning
+        metrics, tuning = self.runtime.metrics, service.status.tuning
         metrics.record_decision(self.namespace, self.name, decision, evaluation_s)
         metrics.record_targets(
             self.namespace,
             self.name,
             min_replicas=policy.min_replicas,
             max_replicas=policy.max_replicas,
-            attainment=spec.slo.attainment,
+            attainment=service.spec.slo.attainment,
             itl_p99_s=policy.itl_p99_slo_s,
             ttft_p99_s=policy.ttft_p99_slo_s,
             token_budget=None if tuning is None else tuning.max_num_batched_tokens,
@@ -324,15 +256,6 @@ def _enabled(body: Mapping[str, Any]) -> bool:
     )
 
 
-def list_services(client: KubeClient, namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """Every LLMService in `namespaces` (all namespaces when empty)."""
-    items: list[dict[str, Any]] = []
-    scopes: list[str | None] = [*namespaces] or [None]
-    for namespace in scopes:
-        items.extend(client.request("GET", LLMSERVICES.path(namespace)).get("items", []))
-    return items
-
-
 @dataclass
 class Evaluator:
     """The operator-wide loop's state: one ServiceLoop per autoscaled service, and when each
@@ -347,7 +270,8 @@ class Evaluator:
 
     async def round(self) -> float:
         """Evaluate every due service at once; returns the seconds until the next is due."""
-        items = await asyncio.to_thread(list_services, self.client, self.namespaces)
+        clock = self.runtime.clock
+        items = await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
         bodies = {
             (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
             for item in items
@@ -355,12 +279,12 @@ class Evaluator:
         }
         for key in set(self.loops) - set(bodies):
             self._forget(key)
-        now_s = time.monotonic()
+        now_s = clock.monotonic_s()
         due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s]
         waits = await asyncio.gather(*(self._evaluate(key, bodies[key]) for key in due))
         for key, wait_s in zip(due, waits, strict=True):
             self.due_s[key] = now_s + wait_s
-        next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - time.monotonic()
+        next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - clock.monotonic_s()
         return max(0.0, min(next_s, MAX_IDLE_S))
 
     async def _evaluate(self, key: tuple[str, str], body: Mapping[str, Any]) -> float:
@@ -382,9 +306,7 @@ class Evaluator:
         """A deleted (or no longer autoscaled) service: drop its state and its series."""
         self.loops.pop(key, None)
         self.due_s.pop(key, None)
-        for source in (self.runtime.direct, *self.runtime.prometheus.values()):
-            if source is not None:
-                source.forget("/".join(key))
+        self.runtime.sources.forget("/".join(key))
         with contextlib.suppress(KeyError):
             self.runtime.metrics.forget(*key)
 
@@ -404,12 +326,12 @@ async def run_forever(evaluator: Evaluator) -> None:
 @kopf.on.startup()
 async def _start_autoscaler(memo: Any, **_: Any) -> None:
     config = getattr(memo, "autoscaler_config", None) or AutoscalerConfig()
-    runtime = AutoscalerRuntime(config)
+    shared = memo.runtime
+    runtime = AutoscalerRuntime(config, clock=shared.clock)
     memo.autoscaler = runtime
     if config.metrics_port is not None:
         runtime.metrics.serve(config.metrics_port, config.metrics_address)
         log.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
-    shared = memo.runtime
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
     memo.autoscaler_task = asyncio.create_task(run_forever(evaluator))
 
@@ -423,4 +345,4 @@ async def _stop_autoscaler(memo: Any, **_: Any) -> None:
             await task
     runtime: AutoscalerRuntime | None = getattr(memo, "autoscaler", None)
     if runtime is not None:
-        await runtime.aclose()
+        await runtime.sources.aclose()

@@ -20,8 +20,8 @@ import kopf
 
 from tokenpilot.adapters.kube import KubeError
 from tokenpilot.adapters.kube.discovery import service_monitor_served
+from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.nodes import list_nodes
-from tokenpilot.adapters.kube.resources import LLMSERVICES
 from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
 from tokenpilot.core.render import MANAGED_BY
 from tokenpilot.handlers.reconcile import Runtime, reconcile
@@ -100,21 +100,15 @@ def resync_once(rt: Runtime) -> int:
     once; returns how many were reconciled."""
     rt.nodes = list_nodes(rt.client)
     rt.service_monitor_served = service_monitor_served(rt.client)
-    scopes: list[str | None] = list(rt.namespaces) or [None]
-    count = 0
-    for namespace in scopes:
-        items = rt.client.request("GET", LLMSERVICES.path(namespace)).get("items", [])
-        for item in items:
-            try:
-                reconcile(rt, item, "resync")
-            except KubeError as exc:
-                # One service's hiccup must not starve the others; the next pass retries it.
-                meta = item.get("metadata", {})
-                log.warning(
-                    "resync of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), exc
-                )
-            count += 1
-    return count
+    items = list_llmservices(rt.client, rt.namespaces)
+    for item in items:
+        try:
+            reconcile(rt, item, "resync")
+        except KubeError as exc:
+            # One service's hiccup must not starve the others; the next pass retries it.
+            meta = item.get("metadata", {})
+            log.warning("resync of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), exc)
+    return len(items)
 
 
 async def _resync_forever(rt: Runtime) -> None:

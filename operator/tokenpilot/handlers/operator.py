@@ -16,12 +16,10 @@ from typing import Any
 
 import kopf
 
-from tokenpilot.adapters.kube import KubeClient, connect
+from tokenpilot.adapters.kube import connect
 from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
-from tokenpilot.adapters.profiles import load_catalog
-from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import ProfileCatalog
+from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.autoscaler import AutoscalerConfig
 from tokenpilot.handlers.reconcile import Runtime
@@ -61,24 +59,9 @@ class OperatorConfig:
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
 
 
-def _catalog(client: KubeClient, configmap: str | None) -> ProfileCatalog:
-    """Built-in GPU profiles, overridden by the ConfigMap's when one is named."""
-    if configmap is None:
-        return load_catalog()
-    namespace, _slash, name = configmap.partition("/")
-    if not namespace or not name:
-        raise InvalidSpec(f"--gpu-profiles-configmap {configmap!r}: write it as namespace/name")
-    body = client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
-    if body is None:
-        # The chart always creates it; without it the built-in profiles still serve.
-        log.warning("ConfigMap %s not found; using the built-in GPU profiles only", configmap)
-        return load_catalog()
-    return load_catalog(configmap_data=body.get("data") or {}, configmap=configmap)
-
-
 def build_runtime(config: OperatorConfig) -> Runtime:
     client = connect(config.kubeconfig)
-    catalog = _catalog(client, config.gpu_profiles_configmap)
+    catalog = load_catalog_from_cluster(client, config.gpu_profiles_configmap)
     return Runtime(
         client=client,
         by_name=catalog.get,

@@ -4,7 +4,7 @@
     for each manifest: compare with the live object (read unless the trigger carries it);
                        apply only if the core sees a difference
     desired status from the live Deployment                   [core]
-    write status only if it differs; an Event for every change
+    write status only if it differs; the Events of the change [core: events]
 
 Runs in a worker thread (kopf's executor or the resync loop); one lock per service keeps two
 triggers for the same object from interleaving. Writes happen only when something differs, so
@@ -17,11 +17,11 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from tokenpilot.adapters.clock import SYSTEM_CLOCK, Clock
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube import apply as kube_apply
 from tokenpilot.adapters.kube.events import post_event
@@ -29,11 +29,12 @@ from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import RECONCILER, apply_status
 from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import Infeasible, TokenPilotError
+from tokenpilot.core.events import reconcile_events
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.render import Tuning
 from tokenpilot.core.render_drift import difference
-from tokenpilot.core.render_plan import Plan, choose_batching, plan
+from tokenpilot.core.render_plan import Plan, plan
 from tokenpilot.core.sku import NodeFacts
 from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
 
@@ -48,10 +49,10 @@ class Runtime:
     by_name: Callable[[str], GPUProfile]
     by_product: Callable[[str], GPUProfile]
     service_monitor_served: bool
-    choose: Callable[[LLMService, GPUProfile], Tuning] = choose_batching
     namespaces: Sequence[str] = ()
     resync_interval_s: float = 60.0
     nodes: Sequence[NodeFacts] = ()
+    clock: Clock = SYSTEM_CLOCK
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -70,10 +71,6 @@ class Outcome:
     problem: str | None
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _plan(rt: Runtime, service: LLMService) -> Plan:
     return plan(
         service,
@@ -81,7 +78,6 @@ def _plan(rt: Runtime, service: LLMService) -> Plan:
         by_name=rt.by_name,
         by_product=rt.by_product,
         service_monitor_served=rt.service_monitor_served,
-        choose=rt.choose,
     )
 
 
@@ -147,7 +143,7 @@ def _reconcile(
     applied: list[str] = []
     problem: str | None = None
     sku_name: str | None = None
-    tuning: Tuning | None = None
+    batching: BatchingDecision | None = None
     live_deployment: dict[str, Any] | None = None
     try:
         try:
@@ -163,7 +159,7 @@ def _reconcile(
         problem = str(exc)
         live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
     else:
-        sku_name, tuning = decided.facts.sku_name, decided.facts.tuning
+        sku_name, batching = decided.facts.sku_name, decided.facts.batching
         for manifest in decided.manifests:
             compare, live = _live(rt, manifest, trigger, deployment)
             if not compare:
@@ -188,71 +184,18 @@ def _reconcile(
         if problem is not None and live_deployment is None:
             live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
 
+    now = rt.clock.now_rfc3339()
     facts = DeploymentFacts.from_object(live_deployment) if live_deployment else None
     status = desired_status(
-        service,
-        deployment=facts,
-        sku_name=sku_name,
-        tuning=tuning,
-        problem=problem,
-        now=_now(),
+        service, deployment=facts, sku_name=sku_name, batching=batching, problem=problem, now=now
     )
     before = owned_status(service)
     status_written = status != before
     if status_written:
         # A key left out (tuning after an Infeasible) is removed: the apply owns all of it.
         apply_status(rt.client, meta.namespace, meta.name, status, field_manager=RECONCILER)
-    _events(rt, service, trigger, applied, before, status)
-    return Outcome(tuple(applied), status_written, problem)
-
-
-def _events(
-    rt: Runtime,
-    service: LLMService,
-    trigger: str,
-    applied: list[str],
-    before: dict[str, Any],
-    after: dict[str, Any],
-) -> None:
-    meta = service.metadata
-
-    def post(reason: str, message: str, warning: bool = False) -> None:
+    for event in reconcile_events(trigger, applied, before, status):
         post_event(
-            rt.client,
-            namespace=meta.namespace,
-            name=meta.name,
-            uid=meta.uid,
-            reason=reason,
-            message=message,
-            now=_now(),
-            warning=warning,
+            rt.client, namespace=meta.namespace, name=meta.name, uid=meta.uid, event=event, now=now
         )
-
-    old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
-    tuned = None
-    if new_tuning and old_tuning != new_tuning:
-        tuned = (
-            f"{new_tuning['sku']}: maxNumBatchedTokens {new_tuning['maxNumBatchedTokens']}, "
-            f"maxNumSeqs {new_tuning['maxNumSeqs']} ({new_tuning['source']}): "
-            f"{new_tuning['reason']}"
-        )
-    if applied:
-        reason = "Applied" if trigger in ("create", "update", "resume") else "DriftCorrected"
-        message = f"{trigger}: applied " + "; ".join(applied)
-        if tuned and old_tuning is None:
-            # The first tuning rides on the first apply: one Event, not two, per new service.
-            message, tuned = f"{message}; tuned {tuned}", None
-        post(reason, message)
-    if before.get("phase") != after.get("phase"):
-        phase = after.get("phase")
-        conditions = after.get("conditions", [])
-        message = next((c["message"] for c in conditions if c["type"] == phase), "") or next(
-            (c["message"] for c in conditions if c["type"] == "Ready"), ""
-        )
-        post(
-            f"Phase{phase}",
-            f"phase {before.get('phase')} -> {phase}: {message}",
-            warning=phase in ("Infeasible", "Degraded"),
-        )
-    if tuned:
-        post("Tuned", tuned)
+    return Outcome(tuple(applied), status_written, problem)

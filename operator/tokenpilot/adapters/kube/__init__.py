@@ -6,9 +6,12 @@
     apply.py      server-side apply under ONE field manager: the project's only write path
                   for rendered objects
     scale.py      the LLMService scale subresource, read and written
-    status.py     merge-patching an LLMService's status (only what changed is sent)
+    status.py     server-side apply of an LLMService's status, one field manager per writer
     events.py     Events on an LLMService
     nodes.py      nodes as NodeFacts for SKU choice
+    pods.py       a service's Ready engine pods and their /metrics URLs
+    llmservices.py
+                  listing LLMServices in the watched namespaces
     discovery.py  whether an API (e.g. ServiceMonitor) is served
     apiserver_metrics.py
                   the API server's own count of write requests (tests, benchmarks)

@@ -7,6 +7,7 @@ from typing import Any
 from tokenpilot.adapters.kube.client import KubeClient
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.api.llmservice import API_VERSION, KIND
+from tokenpilot.core.events import ServiceEvent
 
 COMPONENT = "tokenpilot-operator"
 
@@ -17,10 +18,8 @@ def post_event(
     namespace: str,
     name: str,
     uid: str,
-    reason: str,
-    message: str,
+    event: ServiceEvent,
     now: str,
-    warning: bool = False,
 ) -> None:
     """Record one Event on the LLMService (core/v1, so every kubectl shows it)."""
     body: dict[str, Any] = {
@@ -34,9 +33,9 @@ def post_event(
             "namespace": namespace,
             "uid": uid,
         },
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning" if warning else "Normal",
+        "reason": event.reason,
+        "message": event.message[:1024],
+        "type": "Warning" if event.warning else "Normal",
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "firstTimestamp": now,

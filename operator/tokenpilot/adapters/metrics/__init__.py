@@ -3,6 +3,7 @@
     MetricsSource.observe(target: ServiceTarget, now_s) -> Observation
     ├── DirectSource        scrape every ready engine pod's /metrics (default, needs nothing)
     └── PrometheusSource    PromQL against a Prometheus server that scrapes the engines
+    MetricsSources          the process's sources: one direct, one per Prometheus URL
 
 `parse_metrics` is the project's one Prometheus text parser.
 """
@@ -10,22 +11,24 @@
 from tokenpilot.adapters.metrics.base import MetricsSource, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.metrics.direct import DirectSource
 from tokenpilot.adapters.metrics.parse import (
+    MetricSample,
     MetricsPage,
     MetricsParseError,
-    Sample,
     engine_sample,
     parse_metrics,
 )
 from tokenpilot.adapters.metrics.prometheus import PrometheusSource
+from tokenpilot.adapters.metrics.sources import MetricsSources
 
 __all__ = [
     "DirectSource",
+    "MetricSample",
     "MetricsPage",
     "MetricsParseError",
     "MetricsSource",
+    "MetricsSources",
     "PodEndpoint",
     "PrometheusSource",
-    "Sample",
     "ServiceTarget",
     "engine_sample",
     "parse_metrics",

@@ -26,7 +26,9 @@ class MetricsParseError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class MetricSample:
+    """One sample of a page: a series' name, its labels and its value."""
+
     name: str
     labels: Mapping[str, str]
     value: float
@@ -37,9 +39,9 @@ class MetricsPage:
     """One parsed page: family name -> type, and sample name -> samples."""
 
     types: Mapping[str, str] = field(default_factory=dict)
-    samples: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
+    samples: Mapping[str, tuple[MetricSample, ...]] = field(default_factory=dict)
 
-    def series(self, name: str, **labels: str) -> tuple[Sample, ...]:
+    def series(self, name: str, **labels: str) -> tuple[MetricSample, ...]:
         """Samples called `name` whose labels include `labels`."""
         return tuple(
             s
@@ -64,7 +66,7 @@ class MetricsPage:
         return normalize((_le(s), s.value) for s in found)
 
 
-def _le(sample: Sample) -> float:
+def _le(sample: MetricSample) -> float:
     bound = sample.labels.get("le")
     if bound is None:
         raise MetricsParseError(f"{sample.name} has no 'le' label")
@@ -74,7 +76,7 @@ def _le(sample: Sample) -> float:
         raise MetricsParseError(f"{sample.name} has le={bound!r}, not a number") from None
 
 
-# Sample-name suffixes of one family that carry values (`_created` timestamps do not).
+# MetricSample-name suffixes of one family that carry values (`_created` timestamps do not).
 _SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 
 
@@ -100,13 +102,13 @@ def parse_metrics(text: str, only: Collection[str] | None = None) -> MetricsPage
             raise MetricsParseError(f"not Prometheus text; starts with {first!r}")
         text = "\n".join(kept) + "\n"
     types: dict[str, str] = {}
-    samples: dict[str, list[Sample]] = {}
+    samples: dict[str, list[MetricSample]] = {}
     try:
         for family in text_string_to_metric_families(text):
             types[family.name] = family.type
             for sample in family.samples:
                 samples.setdefault(sample.name, []).append(
-                    Sample(sample.name, dict(sample.labels), float(sample.value))
+                    MetricSample(sample.name, dict(sample.labels), float(sample.value))
                 )
     # prometheus_client raises ValueError (and on some inputs IndexError or KeyError) with a
     # terse message; name the first offending line so a person can find it.

@@ -4,7 +4,7 @@ signals it used and the history to pass to the next call.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 
 from tokenpilot.core.autoscale.observation import History
@@ -72,10 +72,6 @@ class Signals:
         ratios = [r for r in (self.queue_ratio, self.itl_ratio, self.ttft_ratio) if r is not None]
         return max(ratios, default=0.0)
 
-    def as_dict(self) -> dict[str, float | int | None]:
-        """Plain figures for status, logs and the simulator's timeline."""
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -87,7 +83,3 @@ class Decision:
     reason: str
     signals: Signals
     history: History
-
-    def changes(self, current_replicas: int) -> bool:
-        """Whether applying the decision moves the scale away from `current_replicas`."""
-        return self.desired_replicas != current_replicas

@@ -1,4 +1,4 @@
-"""Small PromQL helpers: name the metrics an expression reads, and build label matchers.
+"""Small PromQL helpers: name the metrics an expression reads.
 
 The metric-name scan is what the dashboard check relies on to fail on a query that names a metric
 no component exports, so it must not mistake label names, functions, keywords or Grafana
@@ -43,18 +43,3 @@ def metric_names(expression: str) -> frozenset[str]:
             continue
         names.add(name)
     return frozenset(names)
-
-
-def matchers(**labels: str) -> str:
-    """A label matcher block in a stable order: ``matchers(a="x")`` gives ``{a="x"}``.
-
-    A value starting with ``~`` is a regular-expression match (``a=~"x"``).
-    """
-    parts = []
-    for key in sorted(labels):
-        value = labels[key]
-        if value.startswith("~"):
-            parts.append(f'{key}=~"{value[1:]}"')
-        else:
-            parts.append(f'{key}="{value}"')
-    return "{" + ", ".join(parts) + "}"

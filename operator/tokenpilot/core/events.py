@@ -1,0 +1,91 @@
+"""The Events an LLMService gets, as data: the kube adapter posts them (adapters/kube/events.py).
+
+The reconciler's, from what one reconcile applied and how its status changed:
+  Applied / DriftCorrected   objects were written (the first tuning rides on the first apply)
+  Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded)
+  Tuned                      status.tuning changed
+The autoscaler's, from one decision: its reason code when the replicas move, and a Warning
+when it goes blind (missing, stale or partial metrics) for a new reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.api.llmservice import Phase, TuningStatus
+from tokenpilot.core.autoscale import Decision, Reason
+
+# The decisions that mean the autoscaler cannot see the service.
+BLIND = (Reason.missing_metrics, Reason.stale_metrics, Reason.partial_scrape)
+# Triggers that carry a spec the user wrote; the others correct drift.
+SPEC_TRIGGERS = ("create", "update", "resume")
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEvent:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+def tuned_message(tuning: TuningStatus) -> str:
+    """status.tuning in one line."""
+    return (
+        f"{tuning.sku}: maxNumBatchedTokens {tuning.max_num_batched_tokens}, maxNumSeqs "
+        f"{tuning.max_num_seqs} ({tuning.source.value}, set by {tuning.set_by.kind.value}): "
+        f"{tuning.reason}"
+    )
+
+
+def reconcile_events(
+    trigger: str, applied: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[ServiceEvent]:
+    """What one reconcile tells the user; `before` and `after` are the reconciler's status."""
+    events = []
+    old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
+    tuned = None
+    if new_tuning and old_tuning != new_tuning:
+        tuned = tuned_message(TuningStatus.model_validate(new_tuning))
+    if applied:
+        reason = "Applied" if trigger in SPEC_TRIGGERS else "DriftCorrected"
+        message = f"{trigger}: applied " + "; ".join(applied)
+        if tuned and old_tuning is None:
+            # The first tuning rides on the first apply: one Event, not two, per new service.
+            message, tuned = f"{message}; tuned {tuned}", None
+        events.append(ServiceEvent(reason, message))
+    if before.get("phase") != after.get("phase"):
+        phase = after.get("phase")
+        conditions = after.get("conditions", [])
+        message = next((c["message"] for c in conditions if c["type"] == phase), "") or next(
+            (c["message"] for c in conditions if c["type"] == "Ready"), ""
+        )
+        events.append(
+            ServiceEvent(
+                f"Phase{phase}",
+                f"phase {before.get('phase')} -> {phase}: {message}",
+                warning=phase in (Phase.Infeasible, Phase.Degraded),
+            )
+        )
+    if tuned:
+        events.append(ServiceEvent("Tuned", tuned))
+    return events
+
+
+def scale_event(
+    current_replicas: int, decision: Decision, previous_reason_code: str | None
+) -> ServiceEvent | None:
+    """The autoscaler's Event for one decision, if it has one: the replicas moved, or the
+    autoscaler went blind for a reason other than the previous decision's."""
+    changed = decision.desired_replicas != current_replicas
+    entering_blind = (
+        decision.reason_code in BLIND and previous_reason_code != decision.reason_code.value
+    )
+    if not (changed or entering_blind):
+        return None
+    return ServiceEvent(
+        decision.reason_code.value,
+        f"{current_replicas} -> {decision.desired_replicas}: {decision.reason}",
+        warning=entering_blind,
+    )

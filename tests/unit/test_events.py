@@ -1,0 +1,110 @@
+"""The Events a user reads in `kubectl describe llms`, and the status the autoscaler writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _llms import service
+
+from tokenpilot.core.autoscale import Decision, History, Mode, Reason, Signals
+from tokenpilot.core.batching import spec_decision
+from tokenpilot.core.events import ServiceEvent, reconcile_events, scale_event
+from tokenpilot.core.status import DeploymentFacts, autoscaler_status, desired_status
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+READY = DeploymentFacts(1, 1, 2, 2, 2, 2)
+
+
+def status(problem: str | None = None, budget: int = 2048) -> dict[str, Any]:
+    return desired_status(
+        service(),
+        deployment=READY,
+        sku_name=None if problem else "L40S",
+        batching=None if problem else spec_decision(budget, 64),
+        problem=problem,
+        now=T0,
+    )
+
+
+def decision(desired: int, code: Reason, mode: Mode = Mode.steady) -> Decision:
+    return Decision(desired, mode, code, f"because {code.value}", Signals(2, 0, 2), History())
+
+
+def test_a_new_service_gets_one_applied_event_carrying_its_tuning_and_a_phase_event() -> None:
+    events = reconcile_events("create", ["Deployment chat (created)"], {}, status())
+    assert [e.reason for e in events] == ["Applied", "PhaseReady"]
+    assert events[0].message == (
+        "create: applied Deployment chat (created); tuned L40S: maxNumBatchedTokens 2048, "
+        "maxNumSeqs 64 (Spec, set by Spec): maxNumBatchedTokens is set in the spec"
+    )
+
+
+def test_a_new_budget_alone_is_a_tuned_event() -> None:
+    events = reconcile_events("update", [], status(budget=2048), status(budget=4096))
+    assert [(e.reason, e.warning) for e in events] == [("Tuned", False)]
+    assert "maxNumBatchedTokens 4096" in events[0].message
+
+
+def test_drift_and_an_infeasible_spec() -> None:
+    drift = reconcile_events("resync", ["Service chat (spec.ports)"], status(), status())
+    assert [e.reason for e in drift] == ["DriftCorrected"]
+    broken = reconcile_events("update", [], status(), status("weights do not fit"))
+    assert broken == [
+        ServiceEvent("PhaseInfeasible", "phase Ready -> Infeasible: weights do not fit", True)
+    ]
+
+
+def test_an_idle_pass_tells_nothing() -> None:
+    assert reconcile_events("resync", [], status(), status()) == []
+
+
+def test_scale_events_when_replicas_move_or_the_autoscaler_goes_blind() -> None:
+    up = scale_event(2, decision(3, Reason.queue_over_target, Mode.scale_up), "WithinTargets")
+    assert up == ServiceEvent("QueueOverTarget", "2 -> 3: because QueueOverTarget")
+    assert scale_event(2, decision(2, Reason.within_targets), "WithinTargets") is None
+    blind = scale_event(2, decision(2, Reason.stale_metrics, Mode.hold), "WithinTargets")
+    assert blind is not None and blind.warning
+    # Still blind for the same reason: said once.
+    assert scale_event(2, decision(2, Reason.stale_metrics, Mode.hold), "StaleMetrics") is None
+
+
+def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
+    first = autoscaler_status(
+        None,
+        desired_replicas=2,
+        mode="steady",
+        reason_code="WithinTargets",
+        reason="queue 0.5 per replica",
+        condition=None,
+        now=T0,
+    )
+    assert first == {
+        "autoscaling": {
+            "desiredReplicas": 2,
+            "mode": "steady",
+            "reasonCode": "WithinTargets",
+            "reason": "queue 0.5 per replica",
+            "lastDecisionTime": T0,
+        }
+    }
+    # Other figures in the words, same outcome: the same JSON, so nothing is written.
+    again = autoscaler_status(
+        first,
+        desired_replicas=2,
+        mode="steady",
+        reason_code="WithinTargets",
+        reason="queue 0.7 per replica",
+        condition=None,
+        now=T1,
+    )
+    assert again == first
+    moved = autoscaler_status(
+        first,
+        desired_replicas=3,
+        mode="scale-up",
+        reason_code="QueueOverTarget",
+        reason="queue 6 per replica",
+        condition=None,
+        now=T1,
+    )
+    assert moved["autoscaling"]["lastDecisionTime"] == T1

@@ -1,0 +1,223 @@
+"""The tuner's numbered steps one by one, on a step-time model with round figures.
+
+`LinearSteps` prices a step as 20 ms of weights, 1 µs per KV token read and 10 µs per prefill
+token, with a 4,096-token threshold, so each expected figure can be worked out by hand (the
+working is in the comments). The property tests in test_tuner.py cover the real GPU profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.llmservice import BatchingProfile, BoundKind, SeqsSource
+from tokenpilot.api.model_shape import model_preset
+from tokenpilot.core.batching import Bound
+from tokenpilot.core.capacity import CapacityPlan, plan_capacity
+from tokenpilot.core.errors import Infeasible
+from tokenpilot.core.tuner import (
+    ITL_HEADROOM,
+    ServiceLevel,
+    StepFrame,
+    WorkloadHints,
+    choose_max_num_seqs,
+    judge,
+    lower_bound,
+    pick_budget,
+    step_frame,
+    upper_bound,
+)
+
+CONTEXT = 1000
+
+
+@dataclass(frozen=True)
+class LinearSteps:
+    threshold_tokens: int = 4096
+    measured: bool = True
+
+    def iteration_s(
+        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+    ) -> float:
+        return 0.020 + 1e-6 * num_kv_tokens_read + 1e-5 * num_prefill_tokens
+
+    def decode_step_s(self, num_decode: int, context_tokens: int) -> float:
+        return self.iteration_s(num_decode, 0, num_decode * context_tokens)
+
+    def describe(self) -> str:
+        return "20 ms + 1 us per KV token + 10 us per prefill token"
+
+
+def capacity(max_concurrency: int) -> CapacityPlan:
+    real = plan_capacity(
+        load_builtin_catalog().get("H100"), model_preset("llama-3.1-8b"), 1, 0.9, 8192, CONTEXT
+    )
+    return dataclasses.replace(real, max_concurrency=max_concurrency)
+
+
+def frame(itl_s: float | None, hints: WorkloadHints, kv_fit: int = 40) -> StepFrame:
+    slo = ServiceLevel(itl_s, None)
+    limit_s = float("inf") if itl_s is None else itl_s * ITL_HEADROOM
+    seqs = choose_max_num_seqs("GPU", LinearSteps(), capacity(kv_fit), CONTEXT, limit_s, slo, hints)
+    return step_frame("GPU", LinearSteps(), CONTEXT, limit_s, hints, seqs)
+
+
+# 1. max_num_seqs and the planned decode batch
+
+
+@pytest.mark.parametrize(
+    ("hints", "max_num_seqs", "source"),
+    [
+        (WorkloadHints(), 256, SeqsSource.vllm_default),
+        (WorkloadHints(max_num_seqs=64), 64, SeqsSource.spec),
+        # Every running sequence needs a token of the budget per step.
+        (WorkloadHints(token_budget=128), 128, SeqsSource.token_budget),
+        (WorkloadHints(token_budget=4096), 256, SeqsSource.vllm_default),
+    ],
+)
+def test_max_num_seqs_is_the_users_cap_or_vllms(
+    hints: WorkloadHints, max_num_seqs: int, source: SeqsSource
+) -> None:
+    seqs = choose_max_num_seqs("GPU", LinearSteps(), capacity(40), CONTEXT, 0.04, SLO_50MS, hints)
+    assert (seqs.max_num_seqs, seqs.source) == (max_num_seqs, source)
+
+
+SLO_50MS = ServiceLevel(0.05, None)
+
+
+def test_the_budget_is_sized_for_the_decodes_itl_allows_not_the_cap() -> None:
+    # Step limit 40 ms, decode share 36 ms: 20 ms + n x 1 ms <= 36 ms, so 16 of the 40 that fit.
+    seqs = choose_max_num_seqs(
+        "GPU", LinearSteps(), capacity(40), CONTEXT, 0.04, SLO_50MS, WorkloadHints()
+    )
+    assert (seqs.max_num_seqs, seqs.planned_decodes, seqs.max_decodes) == (256, 16, 40)
+    assert "enough for 16" in seqs.words and "autoscaler" in seqs.words
+    assert seqs.problem is None
+
+
+def test_one_sequence_over_the_decode_share_is_a_problem_not_a_lower_cap() -> None:
+    # 20 ms of weights alone is over the 18 ms decode share of a 25 ms ITL target.
+    slo = ServiceLevel(0.025, None)
+    seqs = choose_max_num_seqs(
+        "GPU", LinearSteps(), capacity(40), CONTEXT, 0.02, slo, WorkloadHints()
+    )
+    assert (seqs.max_num_seqs, seqs.planned_decodes) == (256, 1)
+    assert seqs.problem is not None and "even one sequence" in seqs.problem
+
+
+# 2. upper bound
+
+
+def test_itl_sets_the_upper_bound_below_the_threshold() -> None:
+    # 16 decodes: 36 ms + 11 us per prefill token <= 40 ms, so 363 prefill tokens: B <= 379,
+    # 368 in 16-token blocks.
+    bound, problem = upper_bound(frame(0.05, WorkloadHints()), SLO_50MS)
+    assert (bound.kind, bound.tokens, problem) == (BoundKind.itl_step, 368, None)
+
+
+def test_without_an_itl_target_the_threshold_is_the_upper_bound() -> None:
+    bound, problem = upper_bound(frame(None, WorkloadHints()), ServiceLevel(None, None))
+    assert (bound.kind, bound.tokens, problem) == (BoundKind.step_threshold, 4096, None)
+
+
+def test_decodes_that_alone_break_itl_are_a_problem() -> None:
+    # A cap of 600 sequences makes the smallest budget 608 tokens: with 16 decodes that is
+    # 36 ms + 592 x 11 us = 42.5 ms, over the 40 ms step limit: no budget keeps ITL.
+    hints = WorkloadHints(max_num_seqs=600)
+    bound, problem = upper_bound(frame(0.05, hints), SLO_50MS)
+    assert (bound.kind, bound.tokens) == (BoundKind.itl_step, 608)
+    assert problem is not None and "decodes alone take" in problem
+
+
+# 3. lower bound
+
+
+def test_without_a_prompt_length_the_lower_bound_is_max_num_seqs() -> None:
+    f = frame(0.05, WorkloadHints())
+    bound, problem = lower_bound(
+        f, ServiceLevel(0.05, 1.0), None, Bound(BoundKind.itl_step, 368, "")
+    )
+    assert (bound.kind, bound.tokens, problem) == (BoundKind.max_num_seqs, 256, None)
+
+
+def test_ttft_sets_the_lower_bound_from_the_steps_a_prompt_may_take() -> None:
+    # TTFT 200 ms x 0.8 over 40 ms steps: 4 steps for 2,000 tokens, 500 per step beside 16
+    # decodes: 516, rounded up to 528.
+    f = frame(0.05, WorkloadHints())
+    upper = Bound(BoundKind.itl_step, 368, "")
+    bound, problem = lower_bound(f, ServiceLevel(0.05, 0.2), 2000, upper)
+    assert (bound.kind, bound.tokens, problem) == (BoundKind.ttft_prefill, 528, None)
+
+
+def test_a_ttft_shorter_than_one_step_is_a_problem() -> None:
+    f = frame(0.05, WorkloadHints())
+    upper = Bound(BoundKind.itl_step, 368, "")
+    bound, problem = lower_bound(f, ServiceLevel(0.05, 0.03), 2000, upper)
+    assert bound.kind is BoundKind.ttft_prefill and bound.tokens > f.max_budget
+    assert problem == "TTFT 30 ms is shorter than one step at ITL 50 ms"
+
+
+# 4. pick
+
+
+@pytest.mark.parametrize(
+    ("objective", "kind", "tokens"),
+    [
+        # No ITL target, 40 decodes: pure decode at 256 tokens is 62.4 ms; within 5 % of it
+        # (65.5 ms) prefill fits 499 tokens beside the decodes, so 528.
+        (BatchingProfile.interactive, BoundKind.hidden_prefill, 528),
+        # Halfway from 528 to the 1,024 of the upper bound: 776, rounded up to 784.
+        (BatchingProfile.balanced, BoundKind.midpoint, 784),
+        (BatchingProfile.throughput, BoundKind.itl_step, 1024),
+    ],
+)
+def test_the_objective_places_the_budget_between_the_bounds(
+    objective: BatchingProfile, kind: BoundKind, tokens: int
+) -> None:
+    hints = WorkloadHints(objective=objective)
+    lower, upper = Bound(BoundKind.max_num_seqs, 256, ""), Bound(BoundKind.itl_step, 1024, "")
+    picked = pick_budget(frame(None, hints), hints, lower, upper)
+    assert (picked.kind, picked.tokens) == (kind, tokens)
+
+
+def test_interactive_is_raised_to_a_lower_bound_above_the_hidden_pick() -> None:
+    hints = WorkloadHints(objective=BatchingProfile.interactive)
+    lower = Bound(BoundKind.ttft_prefill, 640, "at least 640: TTFT")
+    upper = Bound(BoundKind.itl_step, 1024, "")
+    picked = pick_budget(frame(None, hints), hints, lower, upper)
+    assert (picked.kind, picked.tokens) == (BoundKind.ttft_prefill, 640)
+
+
+def test_a_budget_the_spec_sets_is_kept_with_the_bounds_in_words() -> None:
+    hints = WorkloadHints(token_budget=300)
+    lower, upper = Bound(BoundKind.max_num_seqs, 256, ""), Bound(BoundKind.itl_step, 1024, "")
+    picked = pick_budget(frame(None, hints), hints, lower, upper)
+    assert (picked.kind, picked.tokens) == (BoundKind.spec, 300)
+    assert "256 to 1,024" in picked.words
+
+
+# 5. judge
+
+
+def test_bounds_that_cross_name_both_slos_and_the_fix() -> None:
+    f = frame(0.05, WorkloadHints())
+    slo = ServiceLevel(0.05, 0.2)
+    lower, upper = Bound(BoundKind.ttft_prefill, 528, ""), Bound(BoundKind.itl_step, 368, "")
+    problem = judge(f, slo, 2000, lower, upper, (None, None, None))
+    assert problem == (
+        "ITL 50 ms needs B <= 368 on GPU; TTFT 200 ms at 2,000-token prompts needs B >= 528: "
+        "choose a faster SKU, relax an SLO, or split prefill and decode"
+    )
+    with pytest.raises(Infeasible, match="needs B >= 528"):
+        judge(f, ServiceLevel(0.05, 0.2, strict=True), 2000, lower, upper, (None, None, None))
+
+
+def test_bounds_in_order_are_no_problem_and_a_step_problem_is_kept() -> None:
+    f = frame(0.05, WorkloadHints())
+    lower, upper = Bound(BoundKind.max_num_seqs, 256, ""), Bound(BoundKind.itl_step, 368, "")
+    assert judge(f, SLO_50MS, None, lower, upper, (None, None, None)) is None
+    problem = judge(f, SLO_50MS, None, lower, upper, ("one decode is too slow", None, None))
+    assert problem is not None and problem.startswith("one decode is too slow: choose")
