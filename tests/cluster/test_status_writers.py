@@ -6,8 +6,6 @@ it read earlier, as the two loops do in the operator: neither may undo the other
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from _operator_harness import create, get_llms, sample
 
@@ -17,7 +15,12 @@ from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.batching import spec_decision
-from tokenpilot.core.status import DeploymentFacts, desired_status, metrics_condition
+from tokenpilot.core.status import (
+    DeploymentFacts,
+    autoscaler_status,
+    desired_status,
+    metrics_condition,
+)
 
 pytestmark = pytest.mark.cluster
 NOW = "2026-01-01T00:00:00Z"
@@ -55,15 +58,15 @@ def autoscaler_writes(client: KubeClient, stale: LLMService, num_pods_scraped: i
     condition = metrics_condition(
         stale.status.conditions, decision, problems=seen.problems, generation=1, now=NOW
     )
-    owned: dict[str, Any] = {
-        "autoscaling": {
-            "desiredReplicas": 2,
-            "mode": decision.mode.value,
-            "reason": decision.reason,
-            "lastDecisionTime": NOW,
-        },
-        "conditions": [condition.model_dump(by_alias=True, mode="json", exclude_none=True)],
-    }
+    owned = autoscaler_status(
+        None,
+        desired_replicas=2,
+        mode=decision.mode.value,
+        reason_code=decision.reason_code.value,
+        reason=decision.reason,
+        condition=condition,
+        now=NOW,
+    )
     meta = stale.metadata
     apply_status(client, meta.namespace, meta.name, owned, field_manager=AUTOSCALER)
 

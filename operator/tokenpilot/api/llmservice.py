@@ -595,7 +595,10 @@ class AutoscalingStatus(ApiModel):
 
     desired_replicas: int = Field(description="Replicas the autoscaler asked for.")
     mode: str = Field(description="steady, scale-up, panic, scale-down or hold.")
-    reason_code: str = Field(description="Why, as a code (the Event reason), e.g. ItlOverSlo.")
+    # Optional: a status written before this field existed must stay valid.
+    reason_code: str | None = Field(
+        None, description="Why, as a code (the Event reason), e.g. ItlOverSlo."
+    )
     reason: str = Field(description="Why, in words.")
     last_decision_time: str = Field(description="When (RFC 3339).")
 
