@@ -41,6 +41,19 @@ def test_core_reads_no_clock_and_does_no_io() -> None:
     assert not offenders, "I/O or clock in the pure core:\n" + "\n".join(offenders)
 
 
+def test_handlers_read_time_from_the_clock_adapter() -> None:
+    # adapters/clock.py is the one place the operator reads the time; a handler that reads it
+    # itself cannot be driven by a test's or a simulator's clock.
+    clock = re.compile(r"\btime\.(time|monotonic)\(|\bdatetime\.(now|utcnow)\(")
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "operator" / "tokenpilot" / "handlers").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if clock.search(line.split("#", 1)[0])
+    ]
+    assert not offenders, "read the time through adapters.clock: " + ", ".join(offenders)
+
+
 def test_test_modules_have_unique_names() -> None:
     # The tiers are not packages, so pytest imports test modules by file name: two files with
     # one name in different tiers break the collection of the whole suite, not just one tier.
