@@ -7,11 +7,16 @@ from tokenpilot_lab.sim import EngineConfig
 
 
 def engine_config(
-    capacity: CapacityPlan, *, max_num_batched_tokens: int, max_num_seqs: int
+    capacity: CapacityPlan,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    enable_prefix_caching: bool = True,
 ) -> EngineConfig:
     """vLLM's limits for one replica: KV blocks and max_model_len from `plan_capacity`.
 
     vLLM caps running sequences at the budget (each needs one token per step), and so does this.
+    Prefix caching is on unless turned off, as in vLLM V1 (the operator renders no flag for it).
     """
     return EngineConfig(
         num_kv_blocks=capacity.num_kv_blocks,
@@ -19,4 +24,5 @@ def engine_config(
         max_num_seqs=min(max_num_seqs, max_num_batched_tokens),
         max_model_len=capacity.max_model_len,
         block_size=capacity.block_size,
+        enable_prefix_caching=enable_prefix_caching,
     )
