@@ -43,6 +43,8 @@ class StepResult:
     # Request ids that received a token at end_s, in scheduling order.
     emitted: list[str] = field(default_factory=list)
     first_token: list[str] = field(default_factory=list)
+    # Beside first_token: the prompt tokens each found in the prefix cache.
+    first_token_cached_tokens: list[int] = field(default_factory=list)
     finished: list[RequestStats] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
 
@@ -192,6 +194,7 @@ class Engine:
             if seq.first_token_s is None:
                 seq.first_token_s = end_s
                 result.first_token.append(seq.request_id)
+                result.first_token_cached_tokens.append(seq.num_cached_tokens or 0)
             elif seq.itl_s is not None:
                 seq.itl_s.append(end_s - seq.last_token_s)
             seq.last_token_s = end_s
