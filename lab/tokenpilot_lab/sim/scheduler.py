@@ -30,12 +30,12 @@ class Schedule:
 
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    num_kv_tokens_read: int = 0
     # vLLM's prefix-cache counters, in tokens: looked up (the whole sequence) and found.
     num_prefix_cache_queries: int = 0
     num_prefix_cache_hits: int = 0
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_kv_tokens_read: int = 0
 
 
 def schedule(
