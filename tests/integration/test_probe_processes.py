@@ -58,10 +58,10 @@ def engine_sim_process(args: list[str]) -> Iterator[str]:
 
 
 async def test_the_same_reading_in_process_and_as_a_separate_process() -> None:
-    # The same engine-sim settings and the probe's defaults, both ways. The full step (32
-    # decodes + 8,160 prompt tokens) and the decode step beside it are the model's, so the
-    # two readings differ only by what the processes add: token arrival jitter, and how
-    # much context the decodes have gathered by the time each burst goes out.
+    # The same engine-sim settings and the probe's defaults, both ways. The burst's steps and
+    # the decode steps beside them are the model's, so the two readings differ only by what
+    # the processes add: token arrival jitter, and how much context the decodes have gathered
+    # by the time each burst goes out.
     config, model, _ = timing.build(options.parse(ENGINE_SIM_ARGS))
     served = ServedModel(("m",), "m", config.max_model_len)
     async with running(config, model, served) as (_, url):
@@ -81,5 +81,6 @@ async def test_the_same_reading_in_process_and_as_a_separate_process() -> None:
           f"{separate['baseline_ms']:.1f} ms, mixed {separate['mixed_ms']:.1f} ms over "
           f"{separate['num_mixed_iterations']} iterations, context "
           f"{separate['decode_context_tokens']})")  # fmt: skip
-    assert separate["num_mixed_iterations"] == in_process.num_mixed_iterations == 1
+    # The same steps count as mixed both ways (how many is the step model's business).
+    assert separate["num_mixed_iterations"] == in_process.num_mixed_iterations
     assert separate["interference_pct"] == pytest.approx(in_process.interference_pct, rel=0.10)
