@@ -24,7 +24,9 @@ FIXTURE_MAX_MODEL_LEN = 1024
 
 
 class Timer:
-    def iteration_s(self, num_decode: int, num_prefill: int, num_kv_read: int) -> float:
+    def iteration_s(
+        self, num_decodes: int, decode_context_tokens: int, prefill_chunks: object = ()
+    ) -> float:
         return 0.005
 
 

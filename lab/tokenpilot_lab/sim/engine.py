@@ -173,7 +173,7 @@ class Engine:
             # schedules the queue again from the front.
             return result
         duration_s = self.timer.iteration_s(
-            plan.num_decode_tokens, plan.num_prefill_tokens, plan.num_kv_tokens_read
+            plan.num_decode_tokens, plan.decode_context_tokens, plan.prefill_chunks
         )
         end_s = start_s + duration_s
         result.end_s = end_s
@@ -271,12 +271,12 @@ class Engine:
             if head_arrival_s <= self._clock_s:
                 return False
             stop_s = min(stop_s, head_arrival_s)
-        kv_read = 0
+        decode_context = 0
         max_steps = 1 << 62
         for seq in running:
             if seq.num_tokens - seq.num_computed_tokens != 1 or seq.first_token_s is None:
                 return False
-            kv_read += seq.num_computed_tokens + 1
+            decode_context += seq.num_computed_tokens + 1
             remaining = seq.num_output_target - seq.num_output_tokens
             if remaining < max_steps:
                 max_steps = remaining
@@ -293,14 +293,14 @@ class Engine:
         ends: list[float] = []
         start_s = self._clock_s
         while len(ends) < max_steps and start_s < stop_s:
-            duration_s = timer.iteration_s(n, 0, kv_read)
+            duration_s = timer.iteration_s(n, decode_context)
             end_s = start_s + duration_s
             log.start_s.append(start_s)
             log.duration_s.append(duration_s)
             log.num_prefill_tokens.append(0)
             log.num_decode_tokens.append(n)
             ends.append(end_s)
-            kv_read += n
+            decode_context += n
             start_s = end_s
         num_steps = len(ends)
         if num_steps == 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.sim.config import EngineConfig
 from tokenpilot_lab.sim.kv_cache import BlockPool
 from tokenpilot_lab.sim.request import Sequence
@@ -35,7 +36,9 @@ class Schedule:
     num_prefix_cache_hits: int = 0
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-    num_kv_tokens_read: int = 0
+    # What the step timer prices: the decodes' attended context, and each prefill chunk.
+    decode_context_tokens: int = 0
+    prefill_chunks: list[PrefillChunk] = field(default_factory=list)
 
 
 def schedule(
@@ -112,6 +115,7 @@ def _take(out: Schedule, seq: Sequence, num_new: int) -> None:
     # recompute after preemption) is prompt work.
     if num_new == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens:
         out.num_decode_tokens += 1
+        out.decode_context_tokens += seq.num_computed_tokens + 1
     else:
         out.num_prefill_tokens += num_new
-    out.num_kv_tokens_read += seq.num_computed_tokens + num_new
+        out.prefill_chunks.append(PrefillChunk(num_new, seq.num_computed_tokens))

@@ -6,16 +6,18 @@ Algorithm (every bound is a number and a sentence; the sentences become `binding
      a whole output's worth of steps for one (TTFT breaks), while one more running sequence adds
      only its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
      The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
-     at the expected context and whose pure-decode step stays under the ITL limit (the P99 ITL
-     target times a headroom factor); load beyond it per replica is the autoscaler's.
+     at the expected context and whose step at the smallest budget vLLM allows (max_num_seqs
+     tokens, the rest prefill, which costs its arithmetic) stays under the decode share of the
+     ITL limit (the P99 ITL target times a headroom factor); load beyond it per replica is the
+     autoscaler's.
   2. Upper bound: the largest budget B whose slowest step, `planned` decodes plus the rest prefill
-     tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past the
-     threshold jumps (measured where the profile has measurements, estimated otherwise).
+     tokens, stays under the ITL limit; the GPU's threshold caps it: the token budget its
+     measurements ran at (estimated where the profile has none), which the tuner never exceeds.
   3. Lower bound: every step stays under the ITL limit, so a prompt of L tokens may take at most
      floor(TTFT / ITL) steps and each must carry ceil(L / steps) prefill tokens.
-  4. Pick: interactive takes the largest budget whose prefill still hides under the decode read
-     (the slowest step within 5 % of pure decode), raised to the lower bound if TTFT needs more;
-     throughput takes the knee, the upper bound, past which the step jumps or ITL breaks.
+  4. Pick: interactive takes the largest budget whose slowest step stays within 5 % of the step at
+     the smallest budget, raised to the lower bound if TTFT needs more; throughput takes the
+     knee, the upper bound, past which ITL breaks or the threshold caps.
      Either way the budget stays within [upper bound, lower bound] when they do not cross.
   5. When the bounds cross, say which SLOs collide and what to change; the budget honours ITL.
      `Infeasible` is raised only for strict SLOs; otherwise `feasible` is False.
@@ -34,6 +36,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import step_time_model
 
 # The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
@@ -41,7 +44,7 @@ ITL_HEADROOM = 0.8
 # Pure decode may fill this share of the step limit; the rest is left for the prefill chunk's
 # own reads, so a full decode batch does not squeeze the budget down to max_num_seqs.
 DECODE_STEP_SHARE = 0.9
-# A step counts as "prefill hidden" while it is at most this much slower than pure decode.
+# The interactive pick: a step at most this much slower than the one at the smallest budget.
 HIDDEN_PREFILL_TOLERANCE = 0.05
 # vLLM's own default cap on running sequences outside its largest-GPU setting.
 DEFAULT_MAX_NUM_SEQS = 256
@@ -146,16 +149,33 @@ def recommend(
         f"the KV cache holds {kv_fit} sequences of {context:,} tokens "
         f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE}; vLLM admits by free blocks)"
     )
+    # The slowest step's prefill is the tail chunk of a P99 prompt: it attends the whole prompt.
+    prompt_tokens = prompt or DEFAULT_PROMPT_TOKENS
+
+    def slowest_for(num_decodes: int, budget: int) -> float:
+        decodes = min(num_decodes, budget)
+        prefill = budget - decodes
+        chunk = PrefillChunk(prefill, max(0, prompt_tokens - prefill))
+        return model.iteration_s(decodes, decodes * context, (chunk,) if prefill else ())
+
+    floor_budget = _round_up(num_seqs)
+    max_budget = max(floor_budget, hints.max_model_len * num_seqs // BLOCK_SIZE * BLOCK_SIZE)
+
+    def smallest_step_s(num_decodes: int) -> float:
+        # Every prefill token costs its arithmetic, so a step at the smallest budget vLLM
+        # allows (max_num_seqs) is the cheapest full step these decodes can share.
+        return slowest_for(num_decodes, max(floor_budget, _round_up(num_decodes)))
+
     decode_limit_s = limit_s * DECODE_STEP_SHARE
     fit = min(kv_fit, num_seqs)
-    planned = _largest(1, fit, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    planned = _largest(1, fit, lambda s: smallest_step_s(s) <= decode_limit_s)
     if planned is None:
         planned = 1
         problems.append(
-            f"even one sequence at {context:,} tokens takes "
-            f"{format_duration_s(model.decode_step_s(1, context))} per step on {profile.name}, "
-            f"over the {format_duration_s(decode_limit_s)} decode share of the step limit for "
-            f"ITL {itl}"
+            f"even one sequence at {context:,} tokens, beside the prefill of the smallest budget "
+            f"vLLM allows ({floor_budget:,} tokens), takes "
+            f"{format_duration_s(smallest_step_s(1))} per step on {profile.name}, over the "
+            f"{format_duration_s(decode_limit_s)} decode share of the step limit for ITL {itl}"
         )
         binding.append(
             f"max_num_seqs {num_seqs}: {seqs_reason}; ITL {itl} cannot be met even by one "
@@ -164,23 +184,15 @@ def recommend(
     elif planned < fit:
         binding.append(
             f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}. ITL {itl} leaves "
-            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
-            f"of them: the budget is sized for {planned} decodes, and load beyond that per "
-            "replica is the autoscaler's to spread"
+            f"{format_duration_s(decode_limit_s)} per step for decode beside the smallest "
+            f"budget's prefill, enough for {planned} of them: the budget is sized for {planned} "
+            "decodes, and load beyond that per replica is the autoscaler's to spread"
         )
     else:
         binding.append(f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}")
 
-    def slowest_for(num_decodes: int, budget: int) -> float:
-        decodes = min(num_decodes, budget)
-        prefill = budget - decodes
-        return model.iteration_s(decodes, prefill, decodes * context + prefill)
-
     def slowest_s(budget: int) -> float:
         return slowest_for(planned, budget)
-
-    floor_budget = _round_up(num_seqs)
-    max_budget = max(floor_budget, hints.max_model_len * num_seqs // BLOCK_SIZE * BLOCK_SIZE)
 
     def largest_budget(num_decodes: int, step_limit_s: float, high: int) -> int | None:
         blocks = _largest(
@@ -195,8 +207,7 @@ def recommend(
     # tighter ITL must never get a larger budget, so each bound below is also the lowest that
     # any looser ITL (planning up to `fit` decodes) would give.
     looser = [
-        (more, model.decode_step_s(more, context) / DECODE_STEP_SHARE)
-        for more in range(planned + 1, fit + 1)
+        (more, smallest_step_s(more) / DECODE_STEP_SHARE) for more in range(planned + 1, fit + 1)
     ]
 
     # 2. upper bound
@@ -221,8 +232,7 @@ def recommend(
         upper_source = f"the {basis} threshold caps B at {upper:,}"
         upper_reason = (
             f"at most {upper:,}: the {basis} threshold of {model.threshold_tokens:,} tokens on "
-            f"{profile.name}; past it steps jump by "
-            f"{format_duration_s(model.jump_at(planned))}"
+            f"{profile.name}, the largest budget its measurements support"
         )
         if itl_bound > threshold and slo.itl_p99_s is not None:
             upper_reason += f" (ITL {itl} alone would allow {itl_bound:,})"
@@ -283,9 +293,9 @@ def recommend(
             binding.append(f"token_budget {budget:,} {lower_reason}")
         else:
             binding.append(
-                f"token_budget {budget:,} (interactive): the largest budget whose prefill "
-                f"still hides under the decode read (slowest step "
-                f"{format_duration_s(slowest_s(budget))}, pure decode "
+                f"token_budget {budget:,} (interactive): the largest budget whose slowest step "
+                f"stays within {HIDDEN_PREFILL_TOLERANCE:.0%} of the smallest budget's (slowest "
+                f"step {format_duration_s(slowest_s(budget))}, at the smallest budget "
                 f"{format_duration_s(slowest_s(floor_budget))})"
             )
 
