@@ -58,19 +58,23 @@ def markdown(trace: Path, data: dict, rate: str, wall_s: float, maxrss_kib: int)
         f"Wall time {wall_s:.1f} s for all policies, peak memory {maxrss_kib / 1024:.0f} MiB.",
         "",
         "| policy | SLO met | goodput rps | TTFT p50 / p99 ms | ITL p50 / p99 ms "
-        "| GPU-h | cost $ | scale events |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| GPU-h | cost $ | scale events | prefix hits |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, f in data["policies"].items():
 
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value * 1e3:.0f}"
 
+        def hits(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1%}"
+
         lines.append(
             f"| {name} | {f['attainment']:.2%} | {f['goodput_rps']:.2f} "
             f"| {ms(f['ttft_p50_s'])} / {ms(f['ttft_p99_s'])} "
             f"| {ms(f['itl_p50_s'])} / {ms(f['itl_p99_s'])} "
-            f"| {f['gpu_hours']:.2f} | {f['cost_usd']:.2f} | {f['scale_events']} |"
+            f"| {f['gpu_hours']:.2f} | {f['cost_usd']:.2f} | {f['scale_events']} "
+            f"| {hits(f.get('prefix_cache_hit_rate'))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -10,10 +10,16 @@ The protocol of the interference study, against any OpenAI-compatible endpoint:
   5. CLEANUP   close the decode streams (the server frees their KV cache).
 
 Every decode stream gets one token per engine iteration, so the gaps between a stream's
-tokens are iteration times seen from outside. Baseline is the mean gap inside the baseline
-window; mixed is the mean gap of the iterations that started after the burst was sent and
-ended by the time its last request finished; interference = mixed / baseline - 1. Recovery
-counts the iterations after the burst until a gap is back within 10% of the baseline.
+tokens are iteration times seen from outside. The analysis works per iteration: the k-th gap
+of every stream in a window is the same engine iteration, so its duration is the median of
+those gaps over the streams (one stalled stream or a late token cannot move it). Baseline is
+the median of the last `LOCAL_BASELINE_ITERATIONS` iterations that ended before the burst
+reached the engine: every decode's context grows by a token per iteration, so a baseline read
+seconds earlier is stale by several percent. Mixed is the mean of the iterations that started
+after the burst was sent, ended by the time its last request finished, and ran slower than
+the baseline by more than a margin (all of them when none did); interference = mixed /
+baseline - 1. Recovery counts the iterations after the burst until one is back within 10% of
+the baseline.
 
 Prompts are token ids (so their length is exact on any server) and differ per request, so a
 prefix cache cannot make the burst free. `time_scale` divides every wait (for a simulator run
@@ -29,7 +35,7 @@ import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -50,9 +56,12 @@ class ProbeSettings:
     num_decode: int = 32
     num_prefill: int = 4
     prefill_len: int = 2048
-    settle_s: float = 2.0
-    baseline_s: float = 3.0
-    recovery_s: float = 3.0
+    # Short windows: the baseline needs only its last LOCAL_BASELINE_ITERATIONS iterations,
+    # and every second the decodes run adds context (a token per iteration), which makes
+    # each later burst read lower than the first.
+    settle_s: float = 1.0
+    baseline_s: float = 1.0
+    recovery_s: float = 1.0
     time_scale: float = 1.0
     model: str | None = None
     decode_max_tokens: int = 4096
@@ -75,6 +84,9 @@ class ProbeResult:
     num_mixed_iterations: int
     recovery_iterations: int
     recovery_gaps_ms: list[float] = field(default_factory=list)
+    # Mean context of the decode streams when the burst went out (prompt plus tokens so far):
+    # a decode step grows with it, so the same burst reads less at a longer context.
+    decode_context_tokens: int = 0
 
     @property
     def interference_pct(self) -> float:
@@ -82,7 +94,8 @@ class ProbeResult:
 
     def describe(self) -> str:
         return (
-            f"{self.num_decode} decodes, {self.num_prefill} x {self.prefill_len} prefill: "
+            f"{self.num_decode} decodes (context {self.decode_context_tokens}), "
+            f"{self.num_prefill} x {self.prefill_len} prefill: "
             f"baseline {self.baseline_ms:.1f} ms, mixed {self.mixed_ms:.1f} ms over "
             f"{self.num_mixed_iterations} iterations ({self.interference_pct:+.0f}%), "
             f"recovery {self.recovery_ms:.1f} ms, back within {RECOVERY_TOLERANCE:.0%} after "
@@ -95,6 +108,18 @@ class ProbeResult:
 
 Gap = tuple[float, float]  # (start, end) of one inter-token gap, in seconds
 
+# Iterations the baseline averages. At 10-50 ms a step, 20 iterations are 0.2-1 s: long enough
+# to average out arrival jitter, short enough that the decodes' growing context (one token per
+# iteration) moves the step time by well under 1 % across them.
+LOCAL_BASELINE_ITERATIONS = 20
+# A mixed iteration runs slower than the baseline by more than this. A step that only finishes
+# a burst's last few prompt tokens runs within about 1-2 % of decode speed (its compute hides
+# under the decode's weight read), and the study's mixed times do not count it either.
+SLOWED_MARGIN = 0.05
+# Arrival times jitter, so from outside an iteration must stand out more to count as slowed.
+SLOWED_MARGIN_ARRIVALS = 0.10
+_RECOVERY_ITERATIONS = 20
+
 
 def analyse(
     gaps_per_stream: Sequence[Sequence[Gap]],
@@ -102,36 +127,37 @@ def analyse(
     mixed_window: tuple[float, float],
     settings: ProbeSettings,
     seconds_per_unit: float = 1.0,
-    slowed_margin: float = 0.05,
+    slowed_margin: float = SLOWED_MARGIN,
 ) -> ProbeResult:
-    """Interference from each decode stream's gaps: baseline inside `baseline_window`, mixed
-    inside `mixed_window`, recovery after it. `seconds_per_unit` turns the gaps' time base
-    into engine seconds (the time scale for wall-clock gaps, 1 for engine time stamps); a
-    gap longer than the baseline by more than `slowed_margin` counts as slowed."""
-    baseline_gaps: list[float] = []
-    window_gaps: list[float] = []
-    after: list[list[float]] = []
+    """Interference from each decode stream's gaps.
+
+    Baseline: the median of the last `LOCAL_BASELINE_ITERATIONS` iterations inside
+    `baseline_window` (it should end where the burst reached the engine). Mixed: the
+    iterations inside `mixed_window` slower than the baseline by more than `slowed_margin`.
+    Recovery: the iterations after it. `seconds_per_unit` turns the gaps' time base into
+    engine seconds (the time scale for wall-clock gaps, 1 for engine time stamps)."""
     lo, hi = baseline_window
+    mixed_lo, mixed_hi = mixed_window
+    before: list[list[float]] = []
+    inside: list[list[float]] = []
+    after: list[list[float]] = []
     for gaps in gaps_per_stream:
-        baseline_gaps += [b - a for a, b in gaps if lo <= a and b <= hi]
-        window_gaps += [b - a for a, b in gaps if mixed_window[0] <= a and b <= mixed_window[1]]
-        after.append([b - a for a, b in gaps if a >= mixed_window[1] - _EPS_S][:20])
-    if not baseline_gaps:
+        before.append([b - a for a, b in gaps if lo <= a and b <= hi][-LOCAL_BASELINE_ITERATIONS:])
+        inside.append([b - a for a, b in gaps if mixed_lo <= a and b <= mixed_hi])
+        after.append([b - a for a, b in gaps if a >= mixed_hi - _EPS_S][:_RECOVERY_ITERATIONS])
+    baseline_iterations = per_iteration(before, align_end=True)
+    window_iterations = per_iteration(inside)
+    if not baseline_iterations:
         raise ProbeError("no decode tokens arrived during the baseline window; is it streaming?")
-    if not window_gaps:
+    if not window_iterations:
         raise ProbeError("no decode iteration fell inside the burst; the burst was too short")
     scale_ms = 1000.0 * seconds_per_unit
-    baseline = statistics.fmean(baseline_gaps)
-    # Mixed iterations are the ones the burst slowed. An iteration that only finishes a few
-    # leftover prompt tokens runs at decode speed; the study's mixed times (one full-budget
-    # step for 4 x 2048 at 8 to 64 decodes) do not count it either.
-    mixed_gaps = [g for g in window_gaps if g > baseline * (1 + slowed_margin)] or window_gaps
+    # The median: a recovery iteration of the burst before (or a stall) does not move it.
+    baseline = statistics.median(baseline_iterations)
+    mixed = [d for d in window_iterations if d > baseline * (1 + slowed_margin)]
+    mixed = mixed or window_iterations
     baseline_ms = baseline * scale_ms
-    mixed_ms = statistics.fmean(mixed_gaps) * scale_ms
-    # Iteration by iteration after the burst, averaged over the streams.
-    recovery_gaps_ms = [
-        statistics.fmean(column) * scale_ms for column in zip(*after, strict=False) if column
-    ]
+    recovery_gaps_ms = [d * scale_ms for d in per_iteration(after)]
     recovery_iterations = next(
         (
             i + 1
@@ -145,37 +171,67 @@ def analyse(
         num_prefill=settings.num_prefill,
         prefill_len=settings.prefill_len,
         baseline_ms=baseline_ms,
-        mixed_ms=mixed_ms,
+        mixed_ms=statistics.fmean(mixed) * scale_ms,
         recovery_ms=statistics.fmean(recovery_gaps_ms) if recovery_gaps_ms else float("nan"),
-        # At least one: mixed_gaps is never empty, and round(0.5) is 0.
-        num_mixed_iterations=max(1, round(len(mixed_gaps) / max(1, len(gaps_per_stream)))),
+        num_mixed_iterations=len(mixed),
         recovery_iterations=recovery_iterations,
         recovery_gaps_ms=recovery_gaps_ms[:5],
     )
 
 
+def per_iteration(
+    gaps_per_stream: Sequence[Sequence[float]], align_end: bool = False
+) -> list[float]:
+    """The duration of each iteration: the median over the streams of their k-th gap (counted
+    from the end with `align_end`). An index that fewer than half the streams reach is left
+    out, so one stream with an extra gap at a window's edge adds no iteration."""
+    streams = [list(reversed(g)) if align_end else list(g) for g in gaps_per_stream if g]
+    if not streams:
+        return []
+    out = []
+    for i in range(max(len(g) for g in streams)):
+        column = [g[i] for g in streams if len(g) > i]
+        if 2 * len(column) < len(streams):
+            break
+        out.append(statistics.median(column))
+    return out[::-1] if align_end else out
+
+
 def analyse_burst(
     streams: Sequence[_TokenTimes],
-    baseline_window: tuple[float, float],
+    baseline_start: float,
     burst: _BurstTimes,
     settings: ProbeSettings,
 ) -> ProbeResult:
-    """One burst, in engine time when the server stamps it, else in arrival time."""
+    """One burst, in engine time when the server stamps it, else in arrival time. The
+    baseline runs from `baseline_start` (monotonic clock) to the burst."""
+    result = _analyse_burst(streams, baseline_start, burst, settings)
+    tokens_before = [sum(1 for a in s.arrival if a <= burst.sent) for s in streams]
+    context = settings.decode_prompt_len + statistics.fmean(tokens_before)
+    return replace(result, decode_context_tokens=round(context))
+
+
+def _analyse_burst(
+    streams: Sequence[_TokenTimes],
+    baseline_start: float,
+    burst: _BurstTimes,
+    settings: ProbeSettings,
+) -> ProbeResult:
     if burst.engine_arrival_s is not None and all(s.engine for s in streams):
         # Engine time: the window runs from the burst's arrival at the engine to its last
-        # token; the baseline window is mapped through the stamps of the tokens inside it.
+        # token; the baseline from the first token stamped after `baseline_start` to it.
         gaps = [list(itertools.pairwise(s.engine)) for s in streams]
-        inside = [
+        starts = [
             e
             for s in streams
             for c, e in zip(s.arrival, s.engine, strict=False)
-            if baseline_window[0] <= c <= baseline_window[1]
+            if c >= baseline_start
         ]
-        if not inside:
+        if not starts:
             raise ProbeError("no decode tokens arrived during the baseline window")
         assert burst.engine_done_s is not None
         mixed = (burst.engine_arrival_s, burst.engine_done_s + _EPS_S)
-        return analyse(gaps, (min(inside), max(inside)), mixed, settings)
+        return analyse(gaps, (min(starts), burst.engine_arrival_s), mixed, settings)
     gaps = [list(itertools.pairwise(s.arrival)) for s in streams]
     typical = statistics.median(b - a for g in gaps for a, b in g[-50:]) if gaps else 0.0
     # The burst goes out just after a decode token: the gaps that start with that step's
@@ -184,8 +240,14 @@ def analyse_burst(
     # lands within half a typical gap of the burst's end came with it.
     released = max((a for s in streams for a in s.arrival if a <= burst.sent), default=burst.sent)
     mixed = (released - typical / 2, burst.done + typical / 2)
-    # Arrival times jitter, so a gap must stand out more to count as slowed.
-    return analyse(gaps, baseline_window, mixed, settings, settings.time_scale, 0.10)
+    return analyse(
+        gaps,
+        (baseline_start, released),
+        mixed,
+        settings,
+        settings.time_scale,
+        SLOWED_MARGIN_ARRIVALS,
+    )
 
 
 # ----- the protocol (I/O) -------------------------------------------------------------------
@@ -413,7 +475,6 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
         # 2. BASELINE
         baseline_start = time.monotonic()
         await asyncio.sleep(settings.baseline_s / scale)
-        baseline_end = time.monotonic()
         bursts: list[_BurstTimes] = []
         attempts = 0
         while len(bursts) < settings.num_bursts:
@@ -436,8 +497,11 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
             raise ProbeError(f"a decode stream failed during the probe: {s.error}")
         if len(s.arrival) >= settings.decode_max_tokens:
             raise ProbeError("a decode stream ran out of tokens; raise decode_max_tokens")
+    # Each burst's baseline starts once the one before it is done (its recovery window).
+    since = [baseline_start] + [b.done for b in bursts[:-1]]
     results = [
-        analyse_burst(streams, (baseline_start, baseline_end), burst, settings) for burst in bursts
+        analyse_burst(streams, start, burst, settings)
+        for start, burst in zip(since, bursts, strict=True)
     ]
     results.sort(key=lambda r: r.interference_pct)
     return results[len(results) // 2]

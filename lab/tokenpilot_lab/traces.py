@@ -32,27 +32,44 @@ def read_trace(path: str | Path, mapping: ColumnMapping | None = None) -> Trace:
 
 
 def mapping_from_spec(spec: str) -> ColumnMapping:
-    """Parse `arrival=ts,prompt=in,output=out[,unit=ms]` (units: s, ms, us, datetime)."""
+    """Parse `arrival=ts,prompt=in,output=out[,unit=ms][,hashes=F,hash_tokens=N]` (units: s,
+    ms, us, datetime; `hashes` names a field of prefix hashes, one per N prompt tokens)."""
     fields: dict[str, str] = {}
     for part in spec.split(","):
         key, sep, value = part.partition("=")
         if not sep or not value.strip():
             raise TraceError(f"--columns: {part!r} is not key=value")
         fields[key.strip()] = value.strip()
-    unknown = set(fields) - {"arrival", "prompt", "output", "unit"}
+    unknown = set(fields) - {"arrival", "prompt", "output", "unit", "hashes", "hash_tokens"}
     missing = {"arrival", "prompt", "output"} - set(fields)
     if unknown or missing:
         raise TraceError(
-            "--columns needs arrival=, prompt=, output= and optionally unit=; "
-            f"unknown {sorted(unknown)}, missing {sorted(missing)}"
+            "--columns needs arrival=, prompt=, output= and optionally unit=, hashes= with "
+            f"hash_tokens=; unknown {sorted(unknown)}, missing {sorted(missing)}"
         )
+    hash_block_tokens = 0
+    if "hashes" in fields:
+        text = fields.get("hash_tokens", "")
+        if not text.isdigit() or int(text) < 1:
+            raise TraceError(
+                f"--columns hashes={fields['hashes']} needs hash_tokens=N, the prompt tokens "
+                "each hash stands for (e.g. hash_tokens=512)"
+            )
+        hash_block_tokens = int(text)
     try:
         unit = TimeUnit(fields.get("unit", "s"))
     except ValueError:
         raise TraceError(
             f"--columns unit={fields['unit']!r}; use one of s, ms, us, datetime"
         ) from None
-    return ColumnMapping(fields["arrival"], fields["prompt"], fields["output"], unit)
+    return ColumnMapping(
+        fields["arrival"],
+        fields["prompt"],
+        fields["output"],
+        unit,
+        hash_ids=fields.get("hashes"),
+        hash_block_tokens=hash_block_tokens,
+    )
 
 
 def _read_csv(file: Path, source: str, mapping: ColumnMapping | None) -> Trace:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run the operator against the current kubeconfig"),
     "crd": ("crd", "generate the LLMService CustomResourceDefinition from the API types"),
     "plan": ("plan", "recommend a token budget and plan capacity for a model on a GPU"),
+    "step-time": ("step_time", "what one engine step costs on a GPU, beside its physical floor"),
     "dashboards": ("dashboards", "generate the Grafana dashboards and Prometheus rules"),
 }
 

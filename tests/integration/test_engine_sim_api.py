@@ -26,7 +26,9 @@ class FlatTimer:
 
     step_s: float = 0.010
 
-    def iteration_s(self, num_decode: int, num_prefill: int, num_kv_read: int) -> float:
+    def iteration_s(
+        self, num_decodes: int, decode_context_tokens: int, prefill_chunks: object = ()
+    ) -> float:
         return self.step_s
 
 

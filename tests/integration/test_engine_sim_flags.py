@@ -122,3 +122,9 @@ def test_a_bad_value_exits_2_with_the_reason() -> None:
     )
     assert proc.returncode == 2
     assert "--max-num-seqs must be at least 1" in proc.stderr
+
+
+def test_prefix_caching_is_on_unless_turned_off() -> None:
+    assert timing.build(options.parse([]))[0].enable_prefix_caching
+    assert not timing.build(options.parse(["--no-enable-prefix-caching"]))[0].enable_prefix_caching
+    assert timing.build(options.parse(["--enable_prefix_caching"]))[0].enable_prefix_caching

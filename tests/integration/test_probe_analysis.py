@@ -70,3 +70,35 @@ def test_no_tokens_in_a_window_is_an_error_that_says_which() -> None:
         analyse([gaps(times)], (5.0, 6.0), (0.0, 0.05), SETTINGS)
     with pytest.raises(ProbeError, match="burst"):
         analyse([gaps(times)], (0.0, 0.05), (5.0, 6.0), SETTINGS)
+
+
+def test_the_baseline_is_the_iterations_just_before_the_burst() -> None:
+    # Decode steps grow with the decodes' context: 10 ms at the start of a long baseline,
+    # 10.6 ms by the burst. The step that finishes the burst's last few prompt tokens runs
+    # 1.2 % over the decode step beside it, but 6 % over the start of the baseline; it is not
+    # a mixed step. The full step is 47.5 ms.
+    durations = [0.010 * (1 + 0.0002 * i) for i in range(300)]
+    local = durations[-1]
+    durations += [0.0475, local * 1.012] + [local] * 30
+    times = ticks(durations)
+    result = analyse([gaps(times)] * 4, (0.0, times[300]), (times[300], times[302]), SETTINGS)
+    assert result.baseline_ms == pytest.approx(local * 1000, rel=0.003)
+    assert result.num_mixed_iterations == 1
+    assert result.mixed_ms == pytest.approx(47.5)
+    assert result.interference_pct == pytest.approx((0.0475 / local - 1) * 100, abs=1.0)
+    assert result.recovery_iterations == 1
+
+
+def test_a_late_token_on_one_stream_does_not_move_the_reading() -> None:
+    # Wall-clock arrivals: on one of five streams a token of the full step arrives 8 ms late,
+    # which lengthens one of its gaps and shortens the next. Per iteration, the median over
+    # the streams is still the engine's step.
+    durations = [0.010] * 100 + [0.040, 0.010] + [0.010] * 30
+    times = ticks(durations)
+    late = list(times)
+    late[101] += 0.008
+    streams = [gaps(times)] * 4 + [gaps(late)]
+    window = (times[100], times[102])
+    result = analyse(streams, (0.0, times[100]), window, SETTINGS, slowed_margin=0.10)
+    assert result.interference_pct == pytest.approx(300.0, abs=0.5)
+    assert result.num_mixed_iterations == 1

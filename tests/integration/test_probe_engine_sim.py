@@ -1,19 +1,23 @@
 """The interference probe against engine-sim.
 
-First on a step timer with a known answer (the probe must read it back), then the issue's
-acceptance: engine-sim with the H100 and L40S step models, probed with the study's protocol at
-32 decodes, must reproduce the shape of the study's heatmaps. The simulated heatmap is printed
-beside the measured one (`pytest -s` shows it).
+First on a step timer with a known answer (the probe must read it back), then engine-sim with the
+H100 and L40S step models, probed with study 004's protocol at 32 decodes: the probe must read
+back what the step model itself says of each burst, scheduled as the engine schedules it. The
+simulated heatmap is printed beside the study's cells that physics allows (`pytest -s` shows
+it); since issue 11 the study's cells under its threshold are not asserted, because no GPU can
+run them (docs/tuning.md, "Study 004 against physics").
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pytest
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepTimeModel
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import ServedModel, running
@@ -33,8 +37,14 @@ CATALOG = load_builtin_catalog()
 class FullStepTimer:
     """10 ms a step, 40 ms for a step that fills the 4096-token budget."""
 
-    def iteration_s(self, num_decode: int, num_prefill: int, num_kv_read: int) -> float:
-        return 0.040 if num_decode + num_prefill >= 4096 else 0.010
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float:
+        num_tokens = num_decodes + sum(c.num_new_tokens for c in prefill_chunks)
+        return 0.040 if num_tokens >= 4096 else 0.010
 
 
 async def test_the_probe_reads_back_a_known_interference() -> None:
@@ -59,6 +69,8 @@ ACCEPTANCE = {
     "L40S": (4096, [1, 2, 4, 8], [128, 512, 1024, 2048]),
 }
 NUM_DECODE = 32
+# The study does not state its decodes' context; its H100 baselines fit about this much.
+DECODE_PROMPT_LEN = 1024
 
 
 def measured_cells(profile: GPUProfile) -> dict[tuple[int, int], float]:
@@ -74,8 +86,29 @@ def measured_cells(profile: GPUProfile) -> dict[tuple[int, int], float]:
     }
 
 
+def model_pct(model: StepTimeModel, budget: int, num_prefill: int, prefill_len: int) -> float:
+    """The burst's interference by the step model: steps of the budget, FCFS chunks, every step
+    carrying the decodes; the mean of the steps slowed by over 5 %, as the probe reads it."""
+    # The decodes have produced about this many tokens by the time the burst comes.
+    decode_context = NUM_DECODE * (DECODE_PROMPT_LEN + 128)
+    base_s = model.iteration_s(NUM_DECODE, decode_context)
+    done = [0] * num_prefill
+    steps_s, i = [], 0
+    while i < num_prefill:
+        room, chunks = budget - NUM_DECODE, []
+        while room > 0 and i < num_prefill:
+            take = min(room, prefill_len - done[i])
+            chunks.append(PrefillChunk(take, done[i]))
+            done[i] += take
+            room -= take
+            i += done[i] == prefill_len
+        steps_s.append(model.iteration_s(NUM_DECODE, decode_context, chunks))
+    slowed = [s for s in steps_s if s > base_s * 1.05] or steps_s
+    return (sum(slowed) / len(slowed) / base_s - 1) * 100
+
+
 @pytest.mark.parametrize("gpu", sorted(ACCEPTANCE))
-async def test_engine_sim_reproduces_the_studys_heatmap_shape(gpu: str) -> None:
+async def test_engine_sim_reads_back_the_step_models_heatmap(gpu: str) -> None:
     budget, rows, lens = ACCEPTANCE[gpu]
     opts = options.parse(["--gpu", gpu, "--max-num-batched-tokens", str(budget)])
     config, model, _ = timing.build(opts)
@@ -90,24 +123,29 @@ async def test_engine_sim_reproduces_the_studys_heatmap_shape(gpu: str) -> None:
             baseline_s=1.0,
             recovery_s=0.3,
             num_bursts=3,
-            # The study's decodes carried about this much context (the model's calibration).
-            decode_prompt_len=model.calibration_context_tokens or 1024,
+            decode_prompt_len=DECODE_PROMPT_LEN,
         )
         results = await run_heatmap(base, rows, lens)
     measured = measured_cells(profile)
     print(f"\n{gpu}, --max-num-batched-tokens {budget}, {NUM_DECODE} decodes: engine-sim "
-          "(study in parentheses)")  # fmt: skip
-    print(format_heatmap(results, {k: f"{v:.0f}%" for k, v in measured.items()}))
-    check_shape(results, measured)
+          "(the step model; the study where physics allows it)")  # fmt: skip
+    expected = {
+        (r.num_prefill, r.prefill_len): model_pct(model, budget, r.num_prefill, r.prefill_len)
+        for r in results
+    }
+    print(format_heatmap(
+        results,
+        {k: f"{v:.0f}%" + (f"; {measured[k]:.0f}%" if k in measured else "")
+         for k, v in expected.items()},
+    ))  # fmt: skip
+    check_readings(results, expected)
 
 
-def check_shape(results: list[ProbeResult], measured: dict[tuple[int, int], float]) -> None:
-    by_cell = {(r.num_prefill, r.prefill_len): r for r in results}
-    for (num_prefill, prefill_len), result in by_cell.items():
-        study = measured.get((num_prefill, prefill_len))
-        cell = f"{num_prefill} x {prefill_len}: {result.describe()}"
-        if study is not None and study < 10:
-            assert result.interference_pct < 10, cell
-        if num_prefill >= 4 and prefill_len >= 2048:
+def check_readings(results: list[ProbeResult], expected: dict[tuple[int, int], float]) -> None:
+    for result in results:
+        want = expected[(result.num_prefill, result.prefill_len)]
+        cell = f"{result.describe()}; the step model says {want:+.0f}%"
+        assert result.interference_pct == pytest.approx(want, abs=max(5.0, 0.15 * want)), cell
+        if result.num_prefill >= 4 and result.prefill_len >= 2048:
             assert result.interference_pct > 200, cell
         assert result.recovery_iterations <= 2, cell

@@ -7,10 +7,12 @@ properties hold for the mechanics of the fleet, not for one GPU calibration.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
 
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsDelivery, simulate
 from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
@@ -29,12 +31,15 @@ class LinearTimer:
     per_prefill_token_s: float = 0.00002
 
     def iteration_s(
-        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> float:
         return (
             self.base_s
-            + self.per_decode_s * num_decode_tokens
-            + self.per_prefill_token_s * num_prefill_tokens
+            + self.per_decode_s * num_decodes
+            + self.per_prefill_token_s * sum(c.num_new_tokens for c in prefill_chunks)
         )
 
 

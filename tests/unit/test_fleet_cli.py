@@ -63,8 +63,50 @@ def test_json_is_one_object_with_attainment_as_a_fraction(
             "gpu_hours",
             "cost_usd",
             "scale_events",
+            "prefix_cache_hit_rate",
         }
         assert 0.0 <= figures["attainment"] <= 1.0
+        # Prefix caching is on, but a synthetic trace has no prefix hashes: no hit.
+        assert figures["prefix_cache_hit_rate"] == 0.0
+
+
+def mooncake_like(tmp_path: Path) -> Path:
+    """Twenty conversations of three turns, as Mooncake hashes them: turn t's prompt is t + 1
+    full 512-token chunks, the first t of them its conversation's earlier ones, and a shorter
+    last chunk with a hash of its own."""
+    rows = []
+    for turn in range(3):
+        for conversation in range(20):
+            full = [conversation * 10 + k for k in range(turn + 1)]
+            rows.append(
+                {
+                    "timestamp": (turn * 20 + conversation) * 500,
+                    "input_length": 512 * len(full) + 412,
+                    "output_length": 20,
+                    "hash_ids": [*full, 1000 + conversation * 10 + turn],
+                }
+            )
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_the_prefix_cache_hit_rate_is_in_the_table_and_the_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    trace = str(mooncake_like(tmp_path))
+    argv = ["simulate", "--trace", trace, "--policy", "static-peak", "--max-replicas", "1"]
+    code, out, _ = run(capsys, argv)
+    assert code == 0
+    assert "prefix cache: on, as vLLM's default; prompts share the prefixes" in out
+    assert "prefix hits" in out
+    code, out, _ = run(capsys, [*argv, "--json"])
+    hit_rate = json.loads(out)["policies"]["static-peak"]["prefix_cache_hit_rate"]
+    # On one replica with room to keep everything, turn 2 finds its first chunk and turn 3 its
+    # first two: (512 + 1,024) of every conversation's 924 + 1,436 + 1,948 prompt tokens.
+    assert hit_rate == pytest.approx((512 + 1024) / (924 + 1436 + 1948), abs=1e-6)
+    code, out, _ = run(capsys, [*argv, "--json", "--no-enable-prefix-caching"])
+    assert json.loads(out)["policies"]["static-peak"]["prefix_cache_hit_rate"] is None
 
 
 def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

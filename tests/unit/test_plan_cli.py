@@ -32,10 +32,13 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out, err
 
 
-def test_json_budgets_follow_the_study_and_explain_each(capsys: pytest.CaptureFixture[str]):
+def test_json_budgets_follow_compute_and_explain_each(capsys: pytest.CaptureFixture[str]):
+    # At a 200 ms ITL all three fit a step of a few hundred prefill tokens; the faster the
+    # tensor cores, the more (at 50 ms only the H100 can: test_tuner.py).
     results = {}
+    looser = [*BASE[:4], "200ms", *BASE[5:]]
     for gpu in ("H100-80GB", "L40S", "RTX-6000"):
-        code, out, _ = _plan(capsys, *BASE, "--gpu", gpu, "--prompt-p99", "4096", "--json")
+        code, out, _ = _plan(capsys, *looser, "--gpu", gpu, "--prompt-p99", "4096", "--json")
         assert code == 0
         results[gpu] = json.loads(out)
         assert results[gpu].keys() >= JSON_KEYS
@@ -47,7 +50,7 @@ def test_json_budgets_follow_the_study_and_explain_each(capsys: pytest.CaptureFi
 
 
 def test_table_shows_recommendation_default_and_reasons(capsys: pytest.CaptureFixture[str]):
-    code, out, _ = _plan(capsys, *BASE, "--gpu", "RTX-6000", "--prompt-p99", "4096")
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "H100-80GB", "--prompt-p99", "4096")
     assert code == 0
     assert "TokenPilot" in out and "vLLM default" in out
     assert "predicted P99 ITL (target 50 ms)" in out
@@ -58,14 +61,14 @@ def test_table_shows_recommendation_default_and_reasons(capsys: pytest.CaptureFi
 def test_datasheet_only_gpu_says_so(capsys: pytest.CaptureFixture[str]):
     code, out, _ = _plan(capsys, *BASE, "--gpu", "NVIDIA-A100-SXM4-80GB")
     assert code == 0
-    assert "not measured" in out and "estimated" in out
+    assert "no measurements" in out and "estimated" in out
 
 
 def test_crossing_slos_exit_2_with_the_reason(capsys: pytest.CaptureFixture[str]):
     code, out, _ = _plan(
         capsys,
-        *["plan", "--model", "llama-3.1-8b", "--gpu", "L40S", "--itl-p99", "40ms"],
-        *["--ttft-p99", "100ms", "--prompt-p99", "8192", "--max-model-len", "16384", "--json"],
+        *["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--itl-p99", "50ms"],
+        *["--ttft-p99", "300ms", "--prompt-p99", "8192", "--max-model-len", "16384", "--json"],
     )
     assert code == 2
     result = json.loads(out)
@@ -76,8 +79,8 @@ def test_crossing_slos_exit_2_with_the_reason(capsys: pytest.CaptureFixture[str]
 def test_strict_crossing_is_an_error(capsys: pytest.CaptureFixture[str]):
     code, _, err = _plan(
         capsys,
-        *["plan", "--model", "llama-3.1-8b", "--gpu", "L40S", "--itl-p99", "40ms", "--strict"],
-        *["--ttft-p99", "100ms", "--prompt-p99", "8192", "--max-model-len", "16384"],
+        *["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--itl-p99", "50ms", "--strict"],
+        *["--ttft-p99", "300ms", "--prompt-p99", "8192", "--max-model-len", "16384"],
     )
     assert code == 2 and "choose a faster SKU" in err
 
@@ -135,11 +138,11 @@ def test_shape_file_instead_of_a_preset(capsys: pytest.CaptureFixture[str], tmp_
 def test_by_default_plan_prints_what_the_operator_would_choose(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = _plan(capsys, *BASE, "--gpu", "L40S", "--json")
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "H100-80GB", "--json")
     assert code == 0
     printed = json.loads(out)
-    svc = service(accelerator={"sku": "L40S"}, slo={"itlP99": "50ms", "ttftP99": "2s"})
-    chosen = choose_batching(svc, by_name("L40S"))
+    svc = service(accelerator={"sku": "H100-80GB"}, slo={"itlP99": "50ms", "ttftP99": "2s"})
+    chosen = choose_batching(svc, by_name("H100-80GB"))
     assert printed["profile"] == svc.spec.batching.profile.value == "balanced"
     assert (printed["token_budget"], printed["max_num_seqs"]) == (
         chosen.token_budget,

@@ -13,7 +13,14 @@ from tokenpilot.adapters.profiles import (
     parse_configmap_data,
 )
 from tokenpilot.core.errors import InvalidSpec, UnknownGPU
-from tokenpilot.core.profiles import ProfileCatalog, merge_catalogs, parse_profile
+from tokenpilot.core.profiles import (
+    GPUProfile,
+    ParameterBasis,
+    ProfileCatalog,
+    measurements_under_floor,
+    merge_catalogs,
+    parse_profile,
+)
 
 CATALOG = load_builtin_catalog()
 H100_TEXT = (builtin_profiles_dir() / "h100-80gb.yaml").read_text()
@@ -166,3 +173,74 @@ def test_configmap_key_that_is_not_yaml_is_refused():
 def test_configmap_error_names_the_key():
     with pytest.raises(InvalidSpec, match=r"ConfigMap gpus, key l4\.yaml: invalid"):
         parse_configmap_data({"l4.yaml": L4_TEXT.replace("22.5", "22.5GiB")}, "gpus")
+
+
+def test_a_measurement_faster_than_the_datasheet_is_refused_naming_file_cell_and_floor():
+    # Study 004's 1 x 2048 cell: +7 % of an 11 ms step, where 2,048 prompt tokens of Llama-3.1-8B
+    # alone need 33 ms at 100 % of the H100's 989 TFLOPS.
+    cell = "      - {numPrefill: 1, prefillLen: 128, interferencePct: 5, upperBound: true}\n"
+    assert cell in H100_TEXT
+    text = H100_TEXT.replace(
+        cell, cell + "      - {numPrefill: 1, prefillLen: 2048, interferencePct: 7}\n", 1
+    )
+    with pytest.raises(InvalidSpec) as err:
+        parse_profile(text, "calibration/h100.yaml")
+    message = str(err.value)
+    for part in [
+        "calibration/h100.yaml",
+        "measured.heatmap.cells[1]",
+        "1 x 2048 prefill beside 32 decodes",
+        "11.8 ms is under the floor of 34.9 ms",
+        "989 TFLOPS",
+    ]:
+        assert part in message
+
+
+def test_a_decode_step_is_checked_at_its_stated_context():
+    fast = "    - {numDecode: 8, stepMs: 8.4}\n"
+    assert fast in H100_TEXT
+    # 8 sequences of 100K tokens read 105 GB of KV: 31 ms at 3.35 TB/s.
+    text = H100_TEXT.replace(fast, "    - {numDecode: 8, stepMs: 8.4, contextTokens: 100000}\n")
+    with pytest.raises(InvalidSpec, match=r"measured\.decodeSteps\[0\] \(8 decodes\): 8\.4 ms"):
+        parse_profile(text, "x.yaml")
+
+
+@pytest.mark.parametrize("profile", CATALOG.profiles, ids=lambda p: p.name)
+def test_every_builtin_measurement_is_physically_possible(profile: GPUProfile) -> None:
+    assert measurements_under_floor(profile) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("computeEfficiency: {value: 0.53", "computeEfficiency: {value: 1.2", ["not below 1"]),
+        ("basis: fitted", "basis: guessed", ["stepModel.computeEfficiency.basis"]),
+        ("overheadMs: {value: 0.8", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
+    ],
+)
+def test_bad_step_model_names_the_field(old: str, new: str, expected: list[str]):
+    assert old in H100_TEXT
+    with pytest.raises(InvalidSpec) as err:
+        parse_profile(H100_TEXT.replace(old, new, 1), "calibrated.yaml")
+    for part in ["calibrated.yaml", *expected]:
+        assert part in str(err.value)
+
+
+def test_every_builtin_step_model_parameter_names_its_basis_and_data():
+    for profile in CATALOG.profiles:
+        params = profile.step_model
+        assert params is not None, profile.name
+        for value in (
+            params.compute_efficiency,
+            params.bandwidth_efficiency,
+            params.overhead_ms,
+            params.all_reduce_latency_us,
+        ):
+            assert value.basis in ParameterBasis and len(value.data) > 20
+        assert profile.interconnect_gbps is not None
+
+
+def test_override_without_step_model_keeps_the_builtin_fit():
+    own = parse_profile(H100_TEXT, "cm").model_copy(update={"step_model": None})
+    merged = merge_catalogs(CATALOG, [own])
+    assert merged.get("H100").step_model == CATALOG.get("H100").step_model

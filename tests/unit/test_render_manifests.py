@@ -52,16 +52,17 @@ def test_engine_series_are_labelled_with_their_service_and_namespace() -> None:
     assert targets["namespace"] == ["__meta_kubernetes_namespace"]
 
 
-@pytest.mark.parametrize("sku", ["H100-80GB", "L40S"])
-def test_auto_budget_comes_from_the_tuner(sku: str) -> None:
-    svc = service(accelerator={"sku": sku}, slo={"itlP99": "50ms", "ttftP99": "2s"})
+# L40S cannot meet a 50 ms ITL at vLLM's smallest budget since issue 11 (test_tuner.py).
+@pytest.mark.parametrize(("sku", "itl"), [("H100-80GB", "50ms"), ("L40S", "200ms")])
+def test_auto_budget_comes_from_the_tuner(sku: str, itl: str) -> None:
+    svc = service(accelerator={"sku": sku}, slo={"itlP99": itl, "ttftP99": "2s"})
     p = planned(svc)
     args = p.manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     # The API's defaults are the tuner's: nothing but the SLOs needs passing.
     decision = recommend(
         by_name(sku),
         svc.spec.model.shape.resolve(),
-        ServiceLevel(itl_p99_s=0.05, ttft_p99_s=2.0),
+        ServiceLevel(itl_p99_s=float(itl.removesuffix("ms")) / 1e3, ttft_p99_s=2.0),
         WorkloadHints(),
     ).decision
     assert p.facts.batching == decision

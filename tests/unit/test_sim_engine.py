@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.sim import (
     Engine,
     EngineConfig,
@@ -31,13 +32,20 @@ class LinearTimer:
     per_kv_s: float = 0.0000001
 
     def iteration_s(
-        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> float:
+        num_prefill = sum(c.num_new_tokens for c in prefill_chunks)
+        kv_read = decode_context_tokens + sum(
+            c.num_new_tokens + c.num_computed_tokens for c in prefill_chunks
+        )
         return (
             self.fixed_s
-            + self.per_decode_s * num_decode_tokens
-            + self.per_prefill_s * num_prefill_tokens
-            + self.per_kv_s * num_kv_tokens_read
+            + self.per_decode_s * num_decodes
+            + self.per_prefill_s * num_prefill
+            + self.per_kv_s * kv_read
         )
 
 
@@ -56,13 +64,13 @@ def test_one_request_prefills_in_one_step_then_decodes_one_token_per_step() -> N
     eng.submit(SimRequest("a", num_prompt_tokens=100, num_output_tokens=5), now_s=1.0)
     events = eng.drain()
     timer = LinearTimer()
-    prefill_s = timer.iteration_s(0, 100, 100)
+    prefill_s = timer.iteration_s(0, 0, [PrefillChunk(100)])
     stats = finished(events)["a"].stats
     assert stats.first_token_s == pytest.approx(1.0 + prefill_s)
     assert stats.num_output_tokens == 5
     assert stats.itl_s is not None and len(stats.itl_s) == 4
-    assert stats.itl_s[0] == pytest.approx(timer.iteration_s(1, 0, 101))
-    assert stats.itl_s[3] == pytest.approx(timer.iteration_s(1, 0, 104))
+    assert stats.itl_s[0] == pytest.approx(timer.iteration_s(1, 101))
+    assert stats.itl_s[3] == pytest.approx(timer.iteration_s(1, 104))
     assert eng.idle and eng.kv_cache_usage == 0.0
 
 

@@ -48,3 +48,21 @@ def test_chat_adds_the_template_overhead() -> None:
     ]
     expected = CHAT_TOKENS_PER_REPLY + 2 * CHAT_TOKENS_PER_MESSAGE + 1 + 2 + 2
     assert count_chat_tokens(messages) == expected
+
+
+@given(st.text(max_size=200))
+def test_token_ids_are_as_many_as_the_count_and_the_same_for_the_same_text(text: str) -> None:
+    from tokenpilot_lab.sim.tokens import text_token_ids
+
+    assert len(text_token_ids(text)) == count_text_tokens(text)
+    assert text_token_ids(text) == text_token_ids(str(text))
+
+
+def test_chat_token_ids_are_as_many_as_the_count() -> None:
+    from tokenpilot_lab.sim.tokens import chat_token_ids
+
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    assert len(chat_token_ids(messages)) == count_chat_tokens(messages)
+    # The same system prompt starts two conversations with the same tokens.
+    other = [messages[0], {"role": "user", "content": "Something else entirely"}]
+    assert chat_token_ids(other)[:8] == chat_token_ids(messages)[:8]

@@ -134,3 +134,44 @@ def test_bad_column_specs_say_what_is_expected(spec: str, message: str) -> None:
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"nope\.csv: no such file"):
         read_trace(tmp_path / "nope.csv")
+
+
+def test_mooncake_prefix_hashes_are_kept_through_windows_and_rates(tmp_path: Path) -> None:
+    from tokenpilot_lab.workload import scale_rate, window
+
+    path = write(
+        tmp_path,
+        "t.jsonl",
+        '{"timestamp": 0, "input_length": 900, "output_length": 6, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 1000, "input_length": 1100, "output_length": 6, "hash_ids": [0, 1, 2]}\n'
+        '{"timestamp": 2000, "input_length": 10, "output_length": 6}\n',
+    )
+    trace = read_trace(path)
+    assert trace.hash_block_tokens == 512 and trace.has_prefix_hashes
+    assert [r.hash_ids for r in trace.requests] == [(0, 1), (0, 1, 2), ()]
+    later = window(scale_rate(trace, 2.0), 0.4, 1.0)
+    assert [r.hash_ids for r in later.requests] == [(0, 1, 2)]
+    assert later.hash_block_tokens == 512
+
+
+def test_traces_without_prefix_hashes_share_nothing(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "code.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00,48,1\n"
+    )
+    trace = read_trace(path)
+    assert not trace.has_prefix_hashes
+    assert trace.requests[0].hash_ids == ()
+
+
+def test_a_mapped_file_can_name_its_prefix_hashes(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.csv", "t,p,o,h\n0,40,2,7 8\n1,40,2,\n")
+    trace = read_trace(
+        path, mapping_from_spec("arrival=t,prompt=p,output=o,hashes=h,hash_tokens=32")
+    )
+    assert [r.hash_ids for r in trace.requests] == [(7, 8), ()]
+    assert trace.hash_block_tokens == 32
+    with pytest.raises(TraceError, match="hash_tokens=N"):
+        mapping_from_spec("arrival=t,prompt=p,output=o,hashes=h")
+    bad = write(tmp_path, "bad.csv", "t,p,o,h\n0,40,2,seven\n")
+    with pytest.raises(TraceError, match="line 2: h must be a list of integers"):
+        read_trace(bad, mapping_from_spec("arrival=t,prompt=p,output=o,hashes=h,hash_tokens=32"))

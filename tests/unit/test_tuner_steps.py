@@ -1,13 +1,15 @@
 """The tuner's numbered steps one by one, on a step-time model with round figures.
 
-`LinearSteps` prices a step as 20 ms of weights, 1 µs per KV token read and 10 µs per prefill
-token, with a 4,096-token threshold, so each expected figure can be worked out by hand (the
-working is in the comments). The property tests in test_tuner.py cover the real GPU profiles.
+`LinearSteps` prices a step as 20 ms of weights, 1 µs per decode context token read and 11 µs
+per prefill token, with a 4,096-token threshold, so each expected figure can be worked out by
+hand (the working is in the comments). The property tests in test_tuner.py cover the real GPU
+profiles and step model.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -18,10 +20,12 @@ from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.errors import Infeasible
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.tuner import (
     ITL_HEADROOM,
     ServiceLevel,
     StepFrame,
+    StepPrices,
     WorkloadHints,
     choose_max_num_seqs,
     judge,
@@ -40,15 +44,19 @@ class LinearSteps:
     measured: bool = True
 
     def iteration_s(
-        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> float:
-        return 0.020 + 1e-6 * num_kv_tokens_read + 1e-5 * num_prefill_tokens
-
-    def decode_step_s(self, num_decode: int, context_tokens: int) -> float:
-        return self.iteration_s(num_decode, 0, num_decode * context_tokens)
+        num_prefill = sum(chunk.num_new_tokens for chunk in prefill_chunks)
+        return 0.020 + 1e-6 * decode_context_tokens + 1.1e-5 * num_prefill
 
     def describe(self) -> str:
-        return "20 ms + 1 us per KV token + 10 us per prefill token"
+        return "20 ms + 1 us per decode context token + 11 us per prefill token"
+
+
+PRICES = StepPrices(LinearSteps(), CONTEXT, prompt_tokens=2000)
 
 
 def capacity(max_concurrency: int) -> CapacityPlan:
@@ -61,8 +69,8 @@ def capacity(max_concurrency: int) -> CapacityPlan:
 def frame(itl_s: float | None, hints: WorkloadHints, kv_fit: int = 40) -> StepFrame:
     slo = ServiceLevel(itl_s, None)
     limit_s = float("inf") if itl_s is None else itl_s * ITL_HEADROOM
-    seqs = choose_max_num_seqs("GPU", LinearSteps(), capacity(kv_fit), CONTEXT, limit_s, slo, hints)
-    return step_frame("GPU", LinearSteps(), CONTEXT, limit_s, hints, seqs)
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(kv_fit), limit_s, slo, hints)
+    return step_frame("GPU", PRICES, limit_s, hints, seqs)
 
 
 # 1. max_num_seqs and the planned decode batch
@@ -81,7 +89,7 @@ def frame(itl_s: float | None, hints: WorkloadHints, kv_fit: int = 40) -> StepFr
 def test_max_num_seqs_is_the_users_cap_or_vllms(
     hints: WorkloadHints, max_num_seqs: int, source: SeqsSource
 ) -> None:
-    seqs = choose_max_num_seqs("GPU", LinearSteps(), capacity(40), CONTEXT, 0.04, SLO_50MS, hints)
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.04, SLO_50MS, hints)
     assert (seqs.max_num_seqs, seqs.source) == (max_num_seqs, source)
 
 
@@ -89,21 +97,18 @@ SLO_50MS = ServiceLevel(0.05, None)
 
 
 def test_the_budget_is_sized_for_the_decodes_itl_allows_not_the_cap() -> None:
-    # Step limit 40 ms, decode share 36 ms: 20 ms + n x 1 ms <= 36 ms, so 16 of the 40 that fit.
-    seqs = choose_max_num_seqs(
-        "GPU", LinearSteps(), capacity(40), CONTEXT, 0.04, SLO_50MS, WorkloadHints()
-    )
-    assert (seqs.max_num_seqs, seqs.planned_decodes, seqs.max_decodes) == (256, 16, 40)
-    assert "enough for 16" in seqs.words and "autoscaler" in seqs.words
+    # Step limit 40 ms, decode share 36 ms, for n decodes beside the prefill of the smallest
+    # budget (256 tokens): 20 ms + n x 1 ms + (256 - n) x 11 us <= 36 ms, so 13 of the 40 that fit.
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.04, SLO_50MS, WorkloadHints())
+    assert (seqs.max_num_seqs, seqs.planned_decodes, seqs.max_decodes) == (256, 13, 40)
+    assert "enough for 13" in seqs.words and "autoscaler" in seqs.words
     assert seqs.problem is None
 
 
 def test_one_sequence_over_the_decode_share_is_a_problem_not_a_lower_cap() -> None:
     # 20 ms of weights alone is over the 18 ms decode share of a 25 ms ITL target.
     slo = ServiceLevel(0.025, None)
-    seqs = choose_max_num_seqs(
-        "GPU", LinearSteps(), capacity(40), CONTEXT, 0.02, slo, WorkloadHints()
-    )
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.02, slo, WorkloadHints())
     assert (seqs.max_num_seqs, seqs.planned_decodes) == (256, 1)
     assert seqs.problem is not None and "even one sequence" in seqs.problem
 
@@ -112,10 +117,12 @@ def test_one_sequence_over_the_decode_share_is_a_problem_not_a_lower_cap() -> No
 
 
 def test_itl_sets_the_upper_bound_below_the_threshold() -> None:
-    # 16 decodes: 36 ms + 11 us per prefill token <= 40 ms, so 363 prefill tokens: B <= 379,
-    # 368 in 16-token blocks.
+    # 13 decodes: 33 ms + 11 us per prefill token <= 40 ms gives B <= 649. A looser ITL that
+    # plans 14 decodes (its limit is their smallest step over the 0.9 decode share, 40.7 ms)
+    # allows only B <= 626, and a tighter ITL never gets more: 624 in 16-token blocks.
     bound, problem = upper_bound(frame(0.05, WorkloadHints()), SLO_50MS)
-    assert (bound.kind, bound.tokens, problem) == (BoundKind.itl_step, 368, None)
+    assert (bound.kind, bound.tokens, problem) == (BoundKind.itl_step, 624, None)
+    assert "a tighter ITL never gets a larger budget" in bound.words
 
 
 def test_without_an_itl_target_the_threshold_is_the_upper_bound() -> None:
@@ -124,10 +131,13 @@ def test_without_an_itl_target_the_threshold_is_the_upper_bound() -> None:
 
 
 def test_decodes_that_alone_break_itl_are_a_problem() -> None:
-    # A cap of 600 sequences makes the smallest budget 608 tokens: with 16 decodes that is
-    # 36 ms + 592 x 11 us = 42.5 ms, over the 40 ms step limit: no budget keeps ITL.
-    hints = WorkloadHints(max_num_seqs=600)
-    bound, problem = upper_bound(frame(0.05, hints), SLO_50MS)
+    # 16 decodes beside the 592 prefill tokens of the smallest budget a cap of 600 sequences
+    # allows (608): 36 ms + 592 x 11 us = 42.5 ms, over the 40 ms step limit. (Step 1 plans
+    # fewer decodes than that; this frame is the upper bound's input on its own.)
+    frame_16 = StepFrame(
+        "GPU", PRICES, 0.04, planned_decodes=16, looser=(), floor_budget=608, max_budget=8192 * 600
+    )
+    bound, problem = upper_bound(frame_16, SLO_50MS)
     assert (bound.kind, bound.tokens) == (BoundKind.itl_step, 608)
     assert problem is not None and "decodes alone take" in problem
 

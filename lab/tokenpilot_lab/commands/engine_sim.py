@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             "num_gpu_blocks": str(config.num_kv_blocks),
             "gpu_memory_utilization": str(opts.gpu_memory_utilization),
             "cache_dtype": "auto",
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(config.enable_prefix_caching),
             "kv_cache_size_tokens": str(config.kv_capacity_tokens),
         }
     )

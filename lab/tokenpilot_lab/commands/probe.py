@@ -43,9 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heatmap", action="store_true", help="probe every cell of a grid")
     parser.add_argument("--num-prefills", type=_ints, default=[1, 2, 4, 8, 16])
     parser.add_argument("--prefill-lens", type=_ints, default=[128, 512, 1024, 2048, 4096])
-    parser.add_argument("--settle-s", type=float, default=2.0)
-    parser.add_argument("--baseline-s", type=float, default=3.0)
-    parser.add_argument("--recovery-s", type=float, default=3.0)
+    parser.add_argument("--settle-s", type=float, default=1.0, help="wait after priming")
+    parser.add_argument("--baseline-s", type=float, default=1.0, help="watch before a burst")
+    parser.add_argument("--recovery-s", type=float, default=1.0, help="watch after a burst")
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="the server's --time-scale (engine-sim)"
     )

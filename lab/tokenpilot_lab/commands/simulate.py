@@ -59,7 +59,7 @@ from tokenpilot_lab.workload import (
 )
 
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
-TABLE_WIDTH = 132
+TABLE_WIDTH = 144
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +105,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_MODEL_LEN,
         help=f"engine --max-model-len; longer requests are rejected and counted (default: the "
         f"LLMService's, {DEFAULT_MAX_MODEL_LEN}; Llama 3.1's own context is 131072)",
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="vLLM's automatic prefix caching (on by default, as in vLLM V1); hits need a "
+        "trace with prefix hashes, such as Mooncake's hash_ids",
     )
     parser.add_argument(
         "--target-running",
@@ -239,11 +246,18 @@ def _simulate(
     default_seqs = DEFAULT_MAX_NUM_SEQS
     slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
     tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
+    caching = args.enable_prefix_caching
     tuned_engine = engine_config(
-        capacity, max_num_batched_tokens=tuned_budget, max_num_seqs=tuned_seqs
+        capacity,
+        max_num_batched_tokens=tuned_budget,
+        max_num_seqs=tuned_seqs,
+        enable_prefix_caching=caching,
     )
     default_engine = engine_config(
-        capacity, max_num_batched_tokens=default_budget, max_num_seqs=default_seqs
+        capacity,
+        max_num_batched_tokens=default_budget,
+        max_num_seqs=default_seqs,
+        enable_prefix_caching=caching,
     )
 
     fleet = FleetConfig(
@@ -284,6 +298,7 @@ def _simulate(
             trace, entries, timer, lambda name, done: bar.update(tasks[name], completed=done)
         )
     budgets = {
+        "prefix_cache": _prefix_cache_line(trace, caching),
         "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
         "start": ", ".join(
@@ -293,6 +308,17 @@ def _simulate(
         ),
     }
     return results, sizing, budgets
+
+
+def _prefix_cache_line(trace: Trace, enabled: bool) -> str:
+    if not enabled:
+        return "off (--no-enable-prefix-caching)"
+    if trace.has_prefix_hashes:
+        return (
+            f"on, as vLLM's default; prompts share the prefixes the trace's hashes name (one "
+            f"per {trace.hash_block_tokens} tokens)"
+        )
+    return "on, as vLLM's default; the trace has no prefix hashes, so no prompt shares one"
 
 
 def _num(value: float, digits: int) -> float | None:
@@ -313,8 +339,13 @@ def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
             "gpu_hours": round(result.gpu_hours, 6),
             "cost_usd": round(result.cost_usd, 4),
             "scale_events": len(result.scale_events),
+            "prefix_cache_hit_rate": _num(result.prefix_cache_hit_rate, 6),
         }
     return {"trace": trace.name, "requests": trace.num_requests, "policies": policies}
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1%}"
 
 
 def _ms(value: float) -> str:
@@ -337,6 +368,8 @@ def render_table(
         f"{budgets['default']}",
         highlight=False,
     )
+    if budgets.get("prefix_cache"):
+        console.print(f"  prefix cache: {budgets['prefix_cache']}", highlight=False)
     for note in trace.notes:
         console.print(f"  note: {note}", highlight=False)
     if budgets.get("start"):
@@ -360,6 +393,7 @@ def render_table(
         "GPU-h",
         "cost $",
         "scale events",
+        "prefix hits",
     ):
         table.add_column(header, justify="left" if header == "policy" else "right")
     for result in results:
@@ -376,6 +410,7 @@ def render_table(
             f"{result.gpu_hours:.2f}",
             f"{result.cost_usd:.2f}",
             str(len(result.scale_events)),
+            _pct(result.prefix_cache_hit_rate),
         )
     console.print(table)
     for result in results:

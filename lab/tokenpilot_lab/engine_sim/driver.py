@@ -126,6 +126,8 @@ class EngineDriver:
         itl_s: list[float] = []
         ttft_s: list[float] = []
         num_prompt_tokens_done = 0
+        cached = dict(zip(result.first_token, result.first_token_cached_tokens, strict=True))
+        num_cached_tokens_done = 0
         for request_id in result.emitted:
             stream = streams.get(request_id)
             if stream is None:
@@ -133,13 +135,16 @@ class EngineDriver:
             if stream.num_ready == 0:
                 ttft_s.append(end_s - stream.arrival_s)
                 num_prompt_tokens_done += stream.num_prompt_tokens
+                num_cached_tokens_done += cached.get(request_id, 0)
             else:
                 itl_s.append(end_s - stream.last_token_s)
             stream.num_ready += 1
             stream.last_token_s = end_s
             stream.token_times_s.append(end_s)
             stream.changed.set()
-        self.metrics.observe_step(result, itl_s, ttft_s, num_prompt_tokens_done)
+        self.metrics.observe_step(
+            result, itl_s, ttft_s, num_prompt_tokens_done, num_cached_tokens_done
+        )
         for stats in result.finished:
             stream = streams.pop(stats.request_id, None)
             if stream is None:

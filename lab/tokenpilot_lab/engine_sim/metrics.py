@@ -63,6 +63,15 @@ class EngineMetrics:
         self.prompt_tokens_computed = counters["vllm:prompt_tokens_by_source"].labels(
             *labels, "local_compute"
         )
+        self.prompt_tokens_cache_hit = counters["vllm:prompt_tokens_by_source"].labels(
+            *labels, "local_cache_hit"
+        )
+        self.prompt_tokens_cached = counter("vllm:prompt_tokens_cached")
+        self.prompt_tokens_cached_device = counters["vllm:prompt_tokens_cached_by_source"].labels(
+            *labels, "device"
+        )
+        self.prefix_cache_queries = counter("vllm:prefix_cache_queries")
+        self.prefix_cache_hits = counter("vllm:prefix_cache_hits")
         self.generation_tokens = counter(vm.GENERATION_TOKENS)
         self.iteration_tokens = histogram(vm.ITERATION_TOKENS_TOTAL)
         self.ttft = histogram(vm.TIME_TO_FIRST_TOKEN_SECONDS)
@@ -112,14 +121,24 @@ class EngineMetrics:
         itl_s: list[float],
         ttft_s: list[float],
         num_prompt_tokens_done: int,
+        num_cached_tokens_done: int = 0,
     ) -> None:
-        """Record one step: its tokens, the gaps and first tokens it produced."""
+        """Record one step: its tokens, the gaps and first tokens it produced, and the prefix
+        cache lookups of the sequences it admitted (vLLM counts them in tokens at admission;
+        prompt tokens by source at the first token)."""
         # As vLLM counts it: the prompts that finished prefill in this step (whole, not the
         # chunk scheduled now) plus the tokens sampled; not the step's batch size.
         self.iteration_tokens.observe(num_prompt_tokens_done + len(result.emitted))
         self.generation_tokens.inc(len(result.emitted))
         self.prompt_tokens.inc(num_prompt_tokens_done)
-        self.prompt_tokens_computed.inc(num_prompt_tokens_done)
+        self.prompt_tokens_computed.inc(num_prompt_tokens_done - num_cached_tokens_done)
+        if num_cached_tokens_done:
+            self.prompt_tokens_cache_hit.inc(num_cached_tokens_done)
+            self.prompt_tokens_cached.inc(num_cached_tokens_done)
+            self.prompt_tokens_cached_device.inc(num_cached_tokens_done)
+        if result.num_prefix_cache_queries:
+            self.prefix_cache_queries.inc(result.num_prefix_cache_queries)
+            self.prefix_cache_hits.inc(result.num_prefix_cache_hits)
         if result.preempted:
             self.preemptions.inc(len(result.preempted))
         for gap in itl_s:
@@ -141,7 +160,7 @@ class EngineMetrics:
         self.req_max_tokens.observe(max_tokens)
         self.req_n.observe(1)
         self.req_preemptions.observe(stats.num_preemptions)
-        self.req_kv_computed.observe(stats.num_prompt_tokens)
+        self.req_kv_computed.observe(stats.num_prompt_tokens - stats.num_cached_tokens)
 
     def observe_aborted(self) -> None:
         self.success["abort"].inc()

@@ -48,8 +48,6 @@ _IGNORED_SWITCHES = (
     "--trust-remote-code",
     "--enforce-eager",
     "--disable-frontend-multiprocessing",
-    "--enable-prefix-caching",
-    "--no-enable-prefix-caching",
     "--disable-uvicorn-access-log",
 )
 
@@ -70,6 +68,7 @@ class EngineSimOptions:
     tensor_parallel_size: int
     gpu_memory_utilization: float
     enable_chunked_prefill: bool
+    enable_prefix_caching: bool
     block_size: int
     gpu: str
     model_shape: str
@@ -92,6 +91,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument(
         "--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="automatic prefix caching (on by default, as in vLLM V1)",
     )
     parser.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
     parser.add_argument("--gpu", default="H100-80GB", help="GPU SKU whose profile times steps")
@@ -152,6 +157,7 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         tensor_parallel_size=args.tensor_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_chunked_prefill=args.enable_chunked_prefill,
+        enable_prefix_caching=args.enable_prefix_caching,
         block_size=args.block_size,
         gpu=args.gpu,
         model_shape=args.model_shape,

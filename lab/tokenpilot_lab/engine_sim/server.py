@@ -25,7 +25,8 @@ from aiohttp import web
 from tokenpilot_lab.engine_sim.driver import EngineDriver, RequestStream, ScaledClock
 from tokenpilot_lab.engine_sim.metrics import EngineMetrics
 from tokenpilot_lab.sim import Engine, EngineConfig, InvalidRequest, SimRequest, StepTimer
-from tokenpilot_lab.sim.tokens import count_chat_tokens, count_text_tokens, token_text
+from tokenpilot_lab.sim.prefix import token_block_hashes
+from tokenpilot_lab.sim.tokens import chat_token_ids, text_token_ids, token_text
 
 log = logging.getLogger("tokenpilot.engine_sim")
 
@@ -67,6 +68,7 @@ class ServedModel:
 @dataclass
 class _Parsed:
     num_prompt_tokens: int
+    prompt_token_ids: list[int]
     max_tokens: int
     stream: bool
     include_usage: bool
@@ -142,7 +144,19 @@ class EngineSimServer:
             body = await _json_body(request)
             parsed = self._parse(body, chat)
             request_id = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):08x}"
-            sim_request = SimRequest(request_id, parsed.num_prompt_tokens, parsed.max_tokens)
+            config = self.driver.engine.config
+            sim_request = SimRequest(
+                request_id,
+                parsed.num_prompt_tokens,
+                parsed.max_tokens,
+                # What the prefix cache sees: the prompt's full blocks, hashed as vLLM does.
+                block_hashes=(
+                    token_block_hashes(parsed.prompt_token_ids, config.block_size)
+                    if config.enable_prefix_caching
+                    else ()
+                ),
+                hash_block_tokens=config.block_size,
+            )
             stream = self.driver.submit(sim_request, parsed.max_tokens)
         except ApiError as error:
             return error.response()
@@ -173,9 +187,10 @@ class EngineSimServer:
                 raise ApiError(400, "messages must be a non-empty list", "messages")
             if not all(isinstance(m, Mapping) for m in messages):
                 raise ApiError(400, "each message must be an object with role and content")
-            num_prompt = count_chat_tokens(messages)
+            prompt_ids = chat_token_ids(messages)
         else:
-            num_prompt = _prompt_tokens(body.get("prompt"))
+            prompt_ids = _prompt_token_ids(body.get("prompt"))
+        num_prompt = len(prompt_ids)
         n = body.get("n", 1)
         if n != 1:
             raise ApiError(400, "the engine simulator supports n=1 only", "n")
@@ -208,6 +223,7 @@ class EngineSimServer:
             raise ApiError(400, "stream_options must be an object", "stream_options")
         return _Parsed(
             num_prompt_tokens=num_prompt,
+            prompt_token_ids=prompt_ids,
             max_tokens=max_tokens,
             stream=bool(body.get("stream", False)),
             include_usage=bool(stream_options.get("include_usage", False)),
@@ -373,20 +389,21 @@ async def _json_body(request: web.Request) -> Mapping[str, Any]:
     return body
 
 
-def _prompt_tokens(prompt: object) -> int:
-    """Prompt length: token ids count as themselves, text through the tokenizer stand-in."""
+def _prompt_token_ids(prompt: object) -> list[int]:
+    """Prompt tokens: token ids as given, text through the tokenizer stand-in."""
     if isinstance(prompt, list) and len(prompt) == 1 and not isinstance(prompt[0], int):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         if not prompt:
             raise ApiError(400, "prompt must not be empty", "prompt")
-        return max(1, count_text_tokens(prompt))
+        # Text of symbols only still makes one token, as a real tokenizer would.
+        return text_token_ids(prompt) or [0]
     if (
         isinstance(prompt, list)
         and prompt
         and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
     ):
-        return len(prompt)
+        return list(prompt)
     raise ApiError(
         400,
         "prompt must be a non-empty string or a non-empty list of token ids (batches of more "

@@ -34,6 +34,7 @@ def build(options: EngineSimOptions) -> tuple[EngineConfig, StepTimer, str]:
             max_num_seqs=options.max_num_seqs,
             max_model_len=options.max_model_len,
             enable_chunked_prefill=options.enable_chunked_prefill,
+            enable_prefix_caching=options.enable_prefix_caching,
             block_size=options.block_size,
             record_itl=False,
         )

@@ -64,6 +64,17 @@ class FleetResult:
     scale_events: tuple[ScaleEvent, ...]
     timeline: Timeline
     notes: tuple[str, ...] = ()
+    # vLLM's prefix_cache_queries and prefix_cache_hits summed over the replicas, in tokens.
+    num_prefix_cache_queries: int = 0
+    num_prefix_cache_hits: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Prompt tokens found in the prefix cache over those looked up (vLLM's hits over
+        queries); NaN when nothing was looked up (prefix caching off)."""
+        if not self.num_prefix_cache_queries:
+            return math.nan
+        return self.num_prefix_cache_hits / self.num_prefix_cache_queries
 
     @property
     def attainment(self) -> float:

@@ -17,20 +17,26 @@ billed from a replica's creation until it is gone, or until the run ends.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable
 
+from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
 from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
 from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
+from tokenpilot_lab.sim.prefix import chain
 from tokenpilot_lab.sim.request import InvalidRequest
 from tokenpilot_lab.workload import Trace
 
 ProgressFn = Callable[[float], None]
+
+# Each policy's run (and each sizing run) replays the same requests: chain their hashes once.
+_chained = functools.lru_cache(maxsize=1 << 15)(chain)
 
 
 class _Replica:
@@ -72,11 +78,18 @@ class FleetSimulation:
         engine_config: EngineConfig,
         timer: StepTimer,
     ) -> None:
+        if trace.has_prefix_hashes and trace.hash_block_tokens % engine_config.block_size:
+            raise InvalidSpec(
+                f"{trace.name}: its prefix hashes stand for {trace.hash_block_tokens} tokens "
+                f"each, not a whole number of KV blocks of {engine_config.block_size} tokens; "
+                "use a block size that divides it"
+            )
         self.trace = trace
         self.policy = policy
         self.config = config
         self.engine_config = engine_config
         self.timer = timer
+        self._hash_block_tokens = trace.hash_block_tokens or engine_config.block_size
         n = trace.num_requests
         self._arrival_s = [r.arrival_s for r in trace.requests]
         self._ttft_s = [math.nan] * n
@@ -221,7 +234,13 @@ class FleetSimulation:
         request = self.trace.requests[index]
         try:
             best.engine.submit(
-                SimRequest(str(index), request.num_prompt_tokens, request.num_output_tokens),
+                SimRequest(
+                    str(index),
+                    request.num_prompt_tokens,
+                    request.num_output_tokens,
+                    block_hashes=_chained(request.hash_ids) if request.hash_ids else (),
+                    hash_block_tokens=self._hash_block_tokens,
+                ),
                 now_s,
             )
         except InvalidRequest:
@@ -319,6 +338,7 @@ class FleetSimulation:
             notes.append(f"{self._num_rejected} request(s) rejected: longer than max_model_len")
         if self._pending:
             notes.append(f"{len(self._pending)} request(s) never reached a Ready replica")
+        engines = [replica.engine for replica in self._replicas]
         return FleetResult(
             policy=self.policy.name,
             num_requests=self.trace.num_requests,
@@ -339,6 +359,8 @@ class FleetSimulation:
                 tuple(self._series_waiting),
             ),
             notes=tuple(notes),
+            num_prefix_cache_queries=sum(e.num_prefix_cache_queries_total for e in engines),
+            num_prefix_cache_hits=sum(e.num_prefix_cache_hits_total for e in engines),
         )
 
 

@@ -14,7 +14,8 @@ class InvalidEngineConfig(InvalidSpec):
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Scheduler limits (`--max-num-batched-tokens`, `--max-num-seqs`, `--max-model-len`,
-    `--enable-chunked-prefill`) and the KV cache in blocks of `block_size` tokens.
+    `--enable-chunked-prefill`), `--enable-prefix-caching` (on by default, as in vLLM V1) and
+    the KV cache in blocks of `block_size` tokens.
 
     `num_kv_blocks` comes from the capacity planner (GPU memory left after weights and
     activations, divided by the bytes of one block).
@@ -26,6 +27,7 @@ class EngineConfig:
     max_model_len: int = 8192
     enable_chunked_prefill: bool = True
     block_size: int = 16
+    enable_prefix_caching: bool = True
     # Keep every request's gaps between tokens; off saves memory in long fleet runs.
     record_itl: bool = True
     # Run stretches of pure decode in bulk (same results, less work); off for cross-checks.

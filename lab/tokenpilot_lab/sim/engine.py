@@ -37,9 +37,14 @@ class StepResult:
     end_s: float
     num_prefill_tokens: int
     num_decode_tokens: int
+    # Prefix-cache lookups of the sequences admitted this step, in tokens (vLLM's counters).
+    num_prefix_cache_queries: int = 0
+    num_prefix_cache_hits: int = 0
     # Request ids that received a token at end_s, in scheduling order.
     emitted: list[str] = field(default_factory=list)
     first_token: list[str] = field(default_factory=list)
+    # Beside first_token: the prompt tokens each found in the prefix cache.
+    first_token_cached_tokens: list[int] = field(default_factory=list)
     finished: list[RequestStats] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
 
@@ -50,11 +55,14 @@ class Engine:
     def __init__(self, config: EngineConfig, timer: StepTimer) -> None:
         self.config = config
         self.timer = timer
-        self.pool = BlockPool(config.num_kv_blocks, config.block_size)
+        self.pool = BlockPool(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.step_log = StepLog()
         self.num_preemptions_total = 0
+        # vLLM's prefix_cache_queries / prefix_cache_hits, in tokens.
+        self.num_prefix_cache_queries_total = 0
+        self.num_prefix_cache_hits_total = 0
         self._clock_s = 0.0
         self._last_arrival_s = float("-inf")
         self._ids: set[str] = set()
@@ -77,11 +85,19 @@ class Engine:
                 f"output ({request.num_output_tokens}) tokens exceed max_model_len "
                 f"({self.config.max_model_len})"
             )
+        blocks_per_hash, rest = divmod(request.hash_block_tokens, self.config.block_size)
+        if request.block_hashes and (rest or not blocks_per_hash):
+            raise InvalidRequest(
+                f"request {request.request_id}: its prompt hashes cover "
+                f"{request.hash_block_tokens} tokens each, not a multiple of the KV block "
+                f"size ({self.config.block_size}); hash the prompt in whole blocks"
+            )
         if self.idle:
             self._clock_s = max(self._clock_s, now_s)
         self._last_arrival_s = now_s
         self._ids.add(request.request_id)
-        self.waiting.append(Sequence(request, now_s, self.config.record_itl))
+        seq = Sequence(request, now_s, self.config.record_itl, blocks_per_hash)
+        self.waiting.append(seq)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request (client went away) and free its blocks; False if unknown."""
@@ -139,7 +155,16 @@ class Engine:
         if start_s is None:
             return None
         plan = schedule(self.config, self.pool, self.running, self.waiting, start_s)
-        result = StepResult(start_s, start_s, plan.num_prefill_tokens, plan.num_decode_tokens)
+        result = StepResult(
+            start_s,
+            start_s,
+            plan.num_prefill_tokens,
+            plan.num_decode_tokens,
+            plan.num_prefix_cache_queries,
+            plan.num_prefix_cache_hits,
+        )
+        self.num_prefix_cache_queries_total += plan.num_prefix_cache_queries
+        self.num_prefix_cache_hits_total += plan.num_prefix_cache_hits
         for victim in plan.preempted:
             result.preempted.append(victim.request_id)
         self.num_preemptions_total += len(plan.preempted)
@@ -148,7 +173,7 @@ class Engine:
             # schedules the queue again from the front.
             return result
         duration_s = self.timer.iteration_s(
-            plan.num_decode_tokens, plan.num_prefill_tokens, plan.num_kv_tokens_read
+            plan.num_decode_tokens, plan.decode_context_tokens, plan.prefill_chunks
         )
         end_s = start_s + duration_s
         result.end_s = end_s
@@ -169,6 +194,7 @@ class Engine:
             if seq.first_token_s is None:
                 seq.first_token_s = end_s
                 result.first_token.append(seq.request_id)
+                result.first_token_cached_tokens.append(seq.num_cached_tokens or 0)
             elif seq.itl_s is not None:
                 seq.itl_s.append(end_s - seq.last_token_s)
             seq.last_token_s = end_s
@@ -219,6 +245,7 @@ class Engine:
             finish_s=end_s,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens or 0,
             finish_reason=seq.finish_reason,
             num_preemptions=seq.num_preemptions,
             itl_s=tuple(seq.itl_s) if seq.itl_s is not None else None,
@@ -244,12 +271,12 @@ class Engine:
             if head_arrival_s <= self._clock_s:
                 return False
             stop_s = min(stop_s, head_arrival_s)
-        kv_read = 0
+        decode_context = 0
         max_steps = 1 << 62
         for seq in running:
             if seq.num_tokens - seq.num_computed_tokens != 1 or seq.first_token_s is None:
                 return False
-            kv_read += seq.num_computed_tokens + 1
+            decode_context += seq.num_computed_tokens + 1
             remaining = seq.num_output_target - seq.num_output_tokens
             if remaining < max_steps:
                 max_steps = remaining
@@ -266,14 +293,14 @@ class Engine:
         ends: list[float] = []
         start_s = self._clock_s
         while len(ends) < max_steps and start_s < stop_s:
-            duration_s = timer.iteration_s(n, 0, kv_read)
+            duration_s = timer.iteration_s(n, decode_context)
             end_s = start_s + duration_s
             log.start_s.append(start_s)
             log.duration_s.append(duration_s)
             log.num_prefill_tokens.append(0)
             log.num_decode_tokens.append(n)
             ends.append(end_s)
-            kv_read += n
+            decode_context += n
             start_s = end_s
         num_steps = len(ends)
         if num_steps == 0:
@@ -289,8 +316,7 @@ class Engine:
             seq.num_output_tokens += num_steps
             needed = pool.blocks_for(seq.num_computed_tokens) - seq.num_blocks
             if needed > 0:
-                pool.num_free -= needed
-                seq.num_blocks += needed
+                pool.grow(seq, needed)
             itl = seq.itl_s
             if itl is not None:
                 itl.append(first_end_s - seq.last_token_s)

@@ -16,6 +16,8 @@ class RequestStats:
     finish_s: float
     num_prompt_tokens: int
     num_output_tokens: int
+    # Prompt tokens the prefix cache supplied when it was first scheduled.
+    num_cached_tokens: int
     finish_reason: str
     num_preemptions: int
     # Gaps between consecutive output tokens; None when the engine does not record them.

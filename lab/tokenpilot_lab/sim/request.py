@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tokenpilot.core.errors import TokenPilotError
+
+if TYPE_CHECKING:
+    from tokenpilot_lab.sim.kv_cache import CachedUnit
 
 
 class InvalidRequest(TokenPilotError, ValueError):
@@ -23,6 +27,11 @@ class SimRequest:
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: str = "length"
+    # What the prefix cache knows of the prompt: chained hashes of its consecutive chunks of
+    # `hash_block_tokens` tokens (see `tokenpilot_lab.sim.prefix`); the last chunk may be
+    # shorter. Empty: the prompt shares nothing with any other.
+    block_hashes: tuple[int, ...] = ()
+    hash_block_tokens: int = 16
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:
@@ -35,6 +44,11 @@ class SimRequest:
                 f"request {self.request_id}: num_output_tokens must be at least 1, "
                 f"got {self.num_output_tokens}"
             )
+        if self.hash_block_tokens < 1:
+            raise InvalidRequest(
+                f"request {self.request_id}: hash_block_tokens must be at least 1, "
+                f"got {self.hash_block_tokens}"
+            )
 
 
 class Sequence:
@@ -46,21 +60,28 @@ class Sequence:
 
     __slots__ = (
         "arrival_s",
+        "block_hashes",
+        "blocks_per_hash",
         "finish_reason",
         "first_scheduled_s",
         "first_token_s",
+        "held_units",
         "itl_s",
         "last_token_s",
         "num_blocks",
+        "num_cached_tokens",
         "num_computed_tokens",
         "num_output_target",
         "num_output_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_shared_blocks",
         "request_id",
     )
 
-    def __init__(self, request: SimRequest, arrival_s: float, record_itl: bool) -> None:
+    def __init__(
+        self, request: SimRequest, arrival_s: float, record_itl: bool, blocks_per_hash: int = 1
+    ) -> None:
         self.request_id = request.request_id
         self.num_prompt_tokens = request.num_prompt_tokens
         self.num_output_target = request.num_output_tokens
@@ -68,7 +89,15 @@ class Sequence:
         self.arrival_s = arrival_s
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
+        # KV blocks: all of them, and those in prefix-cache units it holds (`held_units`, a
+        # prefix of its prompt's units; see kv_cache.BlockPool). The rest are its own.
         self.num_blocks = 0
+        self.num_shared_blocks = 0
+        self.held_units: list[CachedUnit] = []
+        self.block_hashes = request.block_hashes
+        self.blocks_per_hash = blocks_per_hash
+        # Prompt tokens found in the prefix cache when first scheduled (None: not yet).
+        self.num_cached_tokens: int | None = None
         self.num_preemptions = 0
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None

@@ -1,4 +1,4 @@
-"""One scheduling decision, after vLLM V1's scheduler (no prefix cache, no spec decode).
+"""One scheduling decision, after vLLM V1's scheduler (no spec decode).
 
 The algorithm, as in vLLM V1:
 1. Walk the running queue in order. Each sequence asks for every token it has not computed
@@ -7,9 +7,11 @@ The algorithm, as in vLLM V1:
    blocks, send it to the front of the waiting queue to recompute) and retry; if the sequence
    itself was the newest, stop.
 2. Only if nothing was preempted, walk the waiting queue in arrival order while budget and
-   `max_num_seqs` allow: a sequence takes its whole prompt, or with chunked prefill the part
-   that fits the budget. Without chunked prefill a prompt larger than the budget left waits,
-   and so does everyone behind it (FCFS). A sequence whose blocks do not fit also waits.
+   `max_num_seqs` allow. With prefix caching a sequence first takes the longest cached prefix
+   of its prompt (never its last token): those tokens count as computed and cost nothing.
+   It then takes the rest of its prompt, or with chunked prefill the part that fits the
+   budget. Without chunked prefill a prompt larger than the budget left waits, and so does
+   everyone behind it (FCFS). A sequence whose blocks do not fit also waits.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.sim.config import EngineConfig
 from tokenpilot_lab.sim.kv_cache import BlockPool
 from tokenpilot_lab.sim.request import Sequence
@@ -28,9 +31,14 @@ class Schedule:
 
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    # vLLM's prefix-cache counters, in tokens: looked up (the whole sequence) and found.
+    num_prefix_cache_queries: int = 0
+    num_prefix_cache_hits: int = 0
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-    num_kv_tokens_read: int = 0
+    # What the step timer prices: the decodes' attended context, and each prefill chunk.
+    decode_context_tokens: int = 0
+    prefill_chunks: list[PrefillChunk] = field(default_factory=list)
 
 
 def schedule(
@@ -66,16 +74,31 @@ def schedule(
 
     if not out.preempted:
         chunked = config.enable_chunked_prefill
+        caching = pool.enable_caching
         while waiting and budget > 0 and len(running) < config.max_num_seqs:
             seq = waiting[0]
             if seq.arrival_s > start_s:
                 break
-            num_new = seq.num_tokens - seq.num_computed_tokens
+            # A waiting sequence has nothing computed (new, or preempted and recomputing).
+            if caching:
+                units, num_cached_blocks = pool.find_cached(seq)
+                num_cached = num_cached_blocks * pool.block_size
+            else:
+                num_cached = 0
+            num_new = seq.num_tokens - num_cached
             if num_new > budget:
                 if not chunked:
                     break
                 num_new = budget
-            if not pool.allocate(seq, num_new):
+            if caching:
+                if not pool.allocate_with_prefix(seq, units, num_cached_blocks, num_new):
+                    break
+                seq.num_computed_tokens = num_cached
+                out.num_prefix_cache_queries += seq.num_tokens
+                out.num_prefix_cache_hits += num_cached
+                if seq.num_cached_tokens is None:
+                    seq.num_cached_tokens = num_cached
+            elif not pool.allocate(seq, num_new):
                 break
             waiting.popleft()
             running.append(seq)
@@ -92,6 +115,7 @@ def _take(out: Schedule, seq: Sequence, num_new: int) -> None:
     # recompute after preemption) is prompt work.
     if num_new == 1 and seq.num_computed_tokens >= seq.num_prompt_tokens:
         out.num_decode_tokens += 1
+        out.decode_context_tokens += seq.num_computed_tokens + 1
     else:
         out.num_prefill_tokens += num_new
-    out.num_kv_tokens_read += seq.num_computed_tokens + num_new
+        out.prefill_chunks.append(PrefillChunk(num_new, seq.num_computed_tokens))

@@ -38,6 +38,10 @@ class ColumnMapping:
     prompt_tokens: str
     output_tokens: str
     time_unit: TimeUnit = TimeUnit.seconds
+    # Optional: a field with the prompt's prefix hashes (a JSON list, or integers separated by
+    # spaces in a CSV cell), each standing for `hash_block_tokens` prompt tokens.
+    hash_ids: str | None = None
+    hash_block_tokens: int = 0
 
     @property
     def required(self) -> tuple[str, str, str]:
@@ -47,8 +51,15 @@ class ColumnMapping:
 AZURE_LLM_MAPPING = ColumnMapping(
     "TIMESTAMP", "ContextTokens", "GeneratedTokens", TimeUnit.datetime
 )
+# Mooncake's traces hash each 512-token block of a prompt (FAST 2025 release, README).
+MOONCAKE_HASH_BLOCK_TOKENS = 512
 MOONCAKE_MAPPING = ColumnMapping(
-    "timestamp", "input_length", "output_length", TimeUnit.milliseconds
+    "timestamp",
+    "input_length",
+    "output_length",
+    TimeUnit.milliseconds,
+    hash_ids="hash_ids",
+    hash_block_tokens=MOONCAKE_HASH_BLOCK_TOKENS,
 )
 
 
@@ -110,7 +121,10 @@ class TraceBuilder:
             self._num_zero_output += 1
             self._first_zero_output_line = self._first_zero_output_line or line
             return
-        self._requests.append(TraceRequest(arrival_abs - self._origin, num_prompt, num_output))
+        hash_ids = self._hash_ids(row.get(m.hash_ids), line) if m.hash_ids else ()
+        self._requests.append(
+            TraceRequest(arrival_abs - self._origin, num_prompt, num_output, hash_ids)
+        )
 
     def build(self, name: str | None = None) -> Trace:
         if self._origin is None:
@@ -132,7 +146,36 @@ class TraceBuilder:
             )
         # The trace lasts until its last arrival; a window or generator can give a longer span.
         duration_s = self._last_arrival - self._origin
-        return Trace(name or self.source, tuple(self._requests), duration_s, tuple(notes))
+        hash_block_tokens = self.mapping.hash_block_tokens if self.mapping.hash_ids else 0
+        return Trace(
+            name or self.source,
+            tuple(self._requests),
+            duration_s,
+            tuple(notes),
+            hash_block_tokens,
+        )
+
+    def _hash_ids(self, value: object, line: int) -> tuple[int, ...]:
+        """A row's prefix hashes; a row without the field has none."""
+        if value is None or value == "":
+            return ()
+        items: object = value
+        if isinstance(value, str):
+            items = value.replace(",", " ").strip("[] ").split()
+        if not isinstance(items, list):
+            raise TraceError(
+                f"{self.mapping.hash_ids} must be a list of integers, got {value!r}",
+                source=self.source,
+                line=line,
+            )
+        try:
+            return tuple(int(str(item)) for item in items if not isinstance(item, bool))
+        except ValueError:
+            raise TraceError(
+                f"{self.mapping.hash_ids} must be a list of integers, got {value!r}",
+                source=self.source,
+                line=line,
+            ) from None
 
     def _arrival_s(self, value: object, line: int) -> float:
         unit = self.mapping.time_unit

@@ -24,6 +24,9 @@ class TraceRequest:
     arrival_s: float
     num_prompt_tokens: int
     num_output_tokens: int
+    # The trace's prefix hashes of the prompt, one per `Trace.hash_block_tokens` tokens (a
+    # prefix-cache hint such as Mooncake's `hash_ids`); empty when the trace has none.
+    hash_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class Trace:
     requests: tuple[TraceRequest, ...]
     duration_s: float
     notes: tuple[str, ...] = field(default=())
+    # Prompt tokens each of a request's `hash_ids` stands for (Mooncake: 512); 0 without.
+    hash_block_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.duration_s < 0:
@@ -52,6 +57,10 @@ class Trace:
     @property
     def num_requests(self) -> int:
         return len(self.requests)
+
+    @property
+    def has_prefix_hashes(self) -> bool:
+        return self.hash_block_tokens > 0 and any(r.hash_ids for r in self.requests)
 
     def peak_window_start_s(self, window_s: float) -> float:
         """Start of the `window_s` span holding the most prompt+output tokens (ties: earliest)."""

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tokenpilot_lab.workload.trace import Trace, TraceError, TraceRequest
+from tokenpilot_lab.workload.trace import Trace, TraceError
 
 
 def scale_time(trace: Trace, factor: float) -> Trace:
     """Multiply every arrival time and the duration by `factor` (> 0)."""
     if factor <= 0:
         raise TraceError(f"time scale must be > 0, got {factor}", source=trace.name)
-    requests = tuple(
-        TraceRequest(r.arrival_s * factor, r.num_prompt_tokens, r.num_output_tokens)
-        for r in trace.requests
-    )
+    requests = tuple(replace(r, arrival_s=r.arrival_s * factor) for r in trace.requests)
     return replace(trace, requests=requests, duration_s=trace.duration_s * factor)
 
 
@@ -39,7 +36,7 @@ def window(trace: Trace, from_s: float = 0.0, to_s: float | None = None) -> Trac
             source=trace.name,
         )
     requests = tuple(
-        TraceRequest(r.arrival_s - from_s, r.num_prompt_tokens, r.num_output_tokens)
+        replace(r, arrival_s=r.arrival_s - from_s)
         for r in trace.requests
         if from_s <= r.arrival_s and (r.arrival_s < end_s or to_s is None)
     )

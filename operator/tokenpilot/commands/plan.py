@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tokenpilot.adapters.profiles import load_catalog
+from tokenpilot.adapters.profiles import load_catalog, read_profile_file
 from tokenpilot.api.llmservice import (
     DEFAULT_BATCHING_PROFILE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -30,13 +30,21 @@ from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPr
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import format_duration_s, parse_duration_s
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.profiles import GPUProfile, merge_catalogs
 from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
 
 EXIT_INFEASIBLE = 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", required=True, help="SKU, alias or nvidia.com/gpu.product value")
+    parser.add_argument("--gpu", help="SKU, alias or nvidia.com/gpu.product value")
+    parser.add_argument(
+        "--gpu-profile",
+        type=Path,
+        help="a GPU profile YAML file to plan for instead of --gpu (it overrides the built-in "
+        "of the same SKU, keeping its step-model parameters and measurements unless it has "
+        "its own)",
+    )
     parser.add_argument(
         "--model", help=f"model preset: {', '.join(sorted(MODEL_PRESETS))} (or use --shape)"
     )
@@ -108,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
         )
-        profile = load_catalog(args.profiles_dir).get(args.gpu)
+        profile = _profile(args)
         rec = recommend(profile, shape, slo, hints)
     # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
     except (TokenPilotError, UnknownModelPreset) as exc:
@@ -122,6 +130,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_as_table(rec, model_name, slo))
     return 0 if rec.decision.feasible else EXIT_INFEASIBLE
+
+
+def _profile(args: argparse.Namespace) -> GPUProfile:
+    catalog = load_catalog(args.profiles_dir)
+    if args.gpu_profile is not None:
+        if args.gpu is not None:
+            raise InvalidSpec("give --gpu or --gpu-profile, not both")
+        own = read_profile_file(args.gpu_profile)
+        return merge_catalogs(catalog, [own]).get(own.name)
+    if args.gpu is None:
+        raise InvalidSpec(
+            f"--gpu is required: name a SKU ({', '.join(catalog.names)}) or pass --gpu-profile FILE"
+        )
+    return catalog.get(args.gpu)
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:
@@ -204,7 +226,11 @@ def _as_json(rec: Recommendation, model: str) -> dict[str, Any]:
 
 def _as_table(rec: Recommendation, model: str, slo: ServiceLevel) -> str:
     decision = rec.decision
-    basis = "measured profile" if rec.measured else "datasheet profile, not measured"
+    basis = (
+        "measured profile"
+        if rec.measured
+        else "no measurements on this SKU: threshold estimated from the datasheet"
+    )
     itl_target = "none" if slo.itl_p99_s is None else format_duration_s(slo.itl_p99_s)
     ttft_target = "none" if slo.ttft_p99_s is None else format_duration_s(slo.ttft_p99_s)
     seqs = decision.max_num_seqs

@@ -6,14 +6,25 @@ cluster's own). This module only parses text and merges catalogs; reading files 
 `stepMs`); a value written with a unit suffix, or one that is plausible only in another unit, is
 refused with a message that names the file, the field and the fix.
 
-Merge rule: a cluster profile replaces the built-in of the same SKU, and measured interference
-data is never lost to a profile without it (a measured profile always wins over a built-in one).
+A profile has three parts:
+  - the datasheet (memory, peak bandwidth, dense BF16 FLOPS, interconnect) and the price;
+  - `stepModel`: the step-time model's parameters (compute and bandwidth efficiency, per-step
+    overhead, all-reduce latency), each with its basis (fitted, inherited, default) and the data
+    it came from, so a calibration run can write its own fit with its provenance;
+  - `measured`: step times measured on the SKU, with provenance, and the prefill threshold the
+    tuner never exceeds. A measurement faster than the datasheet allows (its physical floor,
+    `tokenpilot.core.roofline`) is refused with the file, the cell and the floor: no GPU can
+    run a step faster than its peak FLOPS and bandwidth.
+
+Merge rule: a cluster profile replaces the built-in of the same SKU; measured data and step-model
+parameters are never lost to a profile without them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any, Self
 
 import yaml
@@ -22,6 +33,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tokenpilot.api.base import ApiModel
 from tokenpilot.api.model_shape import MODEL_PRESETS
 from tokenpilot.core.errors import InvalidSpec, UnknownGPU
+from tokenpilot.core.roofline import PrefillChunk, step_floor_s, step_work
 
 EXAMPLE_PROFILE = "policies/gpus/h100-80gb.yaml"
 
@@ -50,6 +62,11 @@ class DecodeStep(ApiModel):
 
     num_decode: int = Field(gt=0)
     step_ms: float = Field(gt=0)
+    context_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Context per sequence when known; the physical check assumes 1 otherwise.",
+    )
 
     @field_validator("step_ms")
     @classmethod
@@ -103,15 +120,67 @@ class Heatmap(ApiModel):
 
 
 class MeasuredInterference(ApiModel):
-    """Prefill-decode interference measured on this SKU, with its provenance."""
+    """Step times measured on this SKU, with their provenance, and the prefill threshold."""
 
     provenance: Provenance
+    tensor_parallel_size: int = Field(1, ge=1, description="Tensor parallelism measured at.")
     threshold_prefill_tokens: int = Field(
-        gt=0, description="Prefill tokens per step beyond which decode steps jump."
+        gt=0,
+        description="Prefill tokens per step the tuner never exceeds (the token budget the "
+        "measurements ran at, past which a burst spills into further steps).",
     )
     decode_steps: tuple[DecodeStep, ...] = Field(min_length=1)
     mixed_steps: tuple[MixedStep, ...] = ()
     heatmap: Heatmap | None = None
+
+
+class ParameterBasis(StrEnum):
+    """Where a step-model parameter comes from."""
+
+    fitted = "fitted"  # fitted on the data named beside it
+    inherited = "inherited"  # taken from another profile's fit, named beside it, and why
+    default = "default"  # a stated default, for want of data
+
+
+class FittedValue(ApiModel):
+    """One step-model parameter, its basis and the data behind it."""
+
+    value: float = Field(gt=0)
+    basis: ParameterBasis
+    data: str = Field(
+        min_length=1,
+        description="What it was fitted on (sources, points, engine), or whose fit it inherits "
+        "and why.",
+    )
+
+
+class StepModelParameters(ApiModel):
+    """The step-time model's parameters for this SKU (see tokenpilot.core.steptime)."""
+
+    engine: str = Field(min_length=1, description="Engine and version the parameters describe.")
+    compute_efficiency: FittedValue = Field(
+        description="Achieved fraction of the dense datasheet FLOPS, below 1."
+    )
+    bandwidth_efficiency: FittedValue = Field(
+        description="Achieved fraction of the datasheet memory bandwidth, below 1."
+    )
+    overhead_ms: FittedValue = Field(description="Fixed cost of a step (scheduling, launches).")
+    all_reduce_latency_us: FittedValue = Field(
+        description="Fixed cost of one tensor-parallel all-reduce."
+    )
+    fitted_by: str | None = Field(None, description="Tool or procedure that fitted them.")
+    date: str | None = Field(None, description="When they were fitted (ISO date).")
+    notes: str | None = None
+
+    @field_validator("compute_efficiency", "bandwidth_efficiency")
+    @classmethod
+    def _below_one(cls, value: FittedValue) -> FittedValue:
+        if value.value >= 1:
+            raise ValueError(
+                f"{value.value} is not below 1: an efficiency is achieved over the datasheet "
+                f"peak, and no kernel reaches the peak; write the fraction, e.g. 0.55"
+            )
+        return value
 
 
 class GPUProfile(ApiModel):
@@ -126,9 +195,16 @@ class GPUProfile(ApiModel):
     memory_gib: float = Field(gt=0, description="Device memory as the driver reports it, GiB.")
     hbm_bandwidth_gbps: float = Field(gt=0, description="Peak memory bandwidth, GB/s.")
     bf16_dense_tflops: float = Field(gt=0, description="Dense BF16 (or FP16) tensor TFLOPS.")
+    interconnect_gbps: float | None = Field(
+        None,
+        gt=0,
+        description="GPU-to-GPU bandwidth per direction, GB/s (NVLink, else PCIe); tensor "
+        "parallelism's all-reduces cross it. Unset: PCIe Gen4 x16 (32 GB/s) is assumed.",
+    )
     hourly_cost_usd: float = Field(ge=0, description="On-demand price per GPU-hour, USD.")
     hourly_cost_source: str = Field(min_length=1)
     datasheet_source: str = Field(min_length=1)
+    step_model: StepModelParameters | None = None
     measured: MeasuredInterference | None = None
     notes: str | None = None
 
@@ -213,9 +289,103 @@ def parse_profile(text: str, source: str) -> GPUProfile:
             f"memoryGib and hbmBandwidthGbps; see {EXAMPLE_PROFILE}"
         )
     try:
-        return GPUProfile.model_validate(data)
+        profile = GPUProfile.model_validate(data)
     except ValidationError as exc:
         raise InvalidSpec(_explain(exc, source)) from None
+    refused = measurements_under_floor(profile)
+    if refused:
+        raise InvalidSpec(
+            "\n".join(
+                [
+                    f"{source}: measurements faster than the datasheet allows (no GPU runs a "
+                    f"step faster than 100 % of its peak FLOPS and bandwidth); remove them, or "
+                    f"check their units and the model they were taken on:",
+                    *(f"  {line}" for line in refused),
+                ]
+            )
+        )
+    return profile
+
+
+def measurements_under_floor(profile: GPUProfile) -> list[str]:
+    """Each measured time under its physical floor, as `field (what): measured < floor`.
+
+    A mixed time is the mean of the steps that carried a burst's prefill; the most favourable
+    schedule puts each prompt (up to the threshold) in its own step beside the decodes, so that
+    step's floor bounds the mean from below. Contexts not given count as one token.
+    """
+    measured = profile.measured
+    if measured is None:
+        return []
+    tp = measured.tensor_parallel_size
+    model = measured.provenance.model
+    work = step_work(MODEL_PRESETS[model], tp)
+    where = (
+        f"for {model} at tensor parallelism {tp} on {profile.name} "
+        f"({profile.bf16_dense_tflops:g} TFLOPS, {profile.hbm_bandwidth_gbps:g} GB/s)"
+    )
+
+    def floor_ms(num_decodes: int, context_tokens: int, prompt_tokens: int = 0) -> float:
+        chunks = (
+            (PrefillChunk(min(prompt_tokens, measured.threshold_prefill_tokens)),)
+            if prompt_tokens
+            else ()
+        )
+        return 1e3 * step_floor_s(
+            work,
+            profile.bf16_dense_tflops,
+            profile.hbm_bandwidth_gbps,
+            num_decodes,
+            num_decodes * context_tokens,
+            chunks,
+        )
+
+    refused: list[str] = []
+
+    def check(field: str, what: str, measured_ms: float, floor: float) -> None:
+        if measured_ms < floor:
+            refused.append(
+                f"measured.{field} ({what}): {measured_ms:.1f} ms is under the floor of "
+                f"{floor:.1f} ms {where}"
+            )
+
+    for i, step in enumerate(measured.decode_steps):
+        context = step.context_tokens or 1
+        check(
+            f"decodeSteps[{i}]",
+            f"{step.num_decode} decodes",
+            step.step_ms,
+            floor_ms(step.num_decode, context),
+        )
+    for i, row in enumerate(measured.mixed_steps):
+        burst = f"{row.num_prefill} x {row.prefill_len} prefill beside {row.num_decode} decodes"
+        check(f"mixedSteps[{i}].baselineMs", burst, row.baseline_ms, floor_ms(row.num_decode, 1))
+        check(
+            f"mixedSteps[{i}].mixedMs",
+            f"{burst}, even with each prompt in its own step",
+            row.mixed_ms,
+            floor_ms(row.num_decode, 1, row.prefill_len),
+        )
+    heatmap = measured.heatmap
+    if heatmap is not None:
+        check(
+            "heatmap.baselineMs",
+            f"{heatmap.num_decode} decodes",
+            heatmap.baseline_ms,
+            floor_ms(heatmap.num_decode, 1),
+        )
+        for i, cell in enumerate(heatmap.cells):
+            mixed_ms = heatmap.baseline_ms * (1 + cell.interference_pct / 100)
+            bound = "under " if cell.upper_bound else ""
+            check(
+                f"heatmap.cells[{i}]",
+                f"{cell.num_prefill} x {cell.prefill_len} prefill beside {heatmap.num_decode} "
+                f"decodes, {bound}+{cell.interference_pct:g} % of {heatmap.baseline_ms:g} ms, "
+                f"even with each prompt in its own step",
+                mixed_ms,
+                floor_ms(heatmap.num_decode, 1, cell.prefill_len),
+            )
+    return refused
 
 
 def _explain(exc: ValidationError, source: str) -> str:
@@ -326,22 +496,24 @@ def merge_catalogs(
     """Built-ins, with each override replacing the built-in it names.
 
     An override matches a built-in when they share a name, alias or product label. The override
-    wins; if it carries no measurements and the built-in does, the built-in's measurements are
-    kept, so measured data always wins over datasheet-only data.
+    wins; if it carries no measurements (or no step-model parameters) and the built-in does, the
+    built-in's are kept, so measured and fitted data always win over datasheet-only data.
     """
     override_list = overrides.profiles if isinstance(overrides, ProfileCatalog) else overrides
     merged: dict[str, GPUProfile] = {p.name: p for p in builtin.profiles}
     for override in override_list:
         keys = set(override.keys)
         replaced = [p for p in merged.values() if keys & set(p.keys)]
-        measured = override.measured
+        measured, step_model = override.measured, override.step_model
         for old in replaced:
             del merged[old.name]
             if measured is None and old.measured is not None:
                 measured = old.measured
+            if step_model is None and old.step_model is not None:
+                step_model = old.step_model
         merged[override.name] = (
             override
-            if measured is override.measured
-            else override.model_copy(update={"measured": measured})
+            if measured is override.measured and step_model is override.step_model
+            else override.model_copy(update={"measured": measured, "step_model": step_model})
         )
     return ProfileCatalog(merged.values())

@@ -1,122 +1,224 @@
-"""The step-time model: how long one engine iteration takes on a GPU for a model shape.
+"""The step-time model: how long one engine step takes on a GPU, from the physics of the step.
 
-One iteration reads every weight once and the KV cache of every scheduled sequence, and does
-2 x parameters FLOPs per token it processes. So, per GPU at tensor parallelism `tp`, for a step
-of n = decode + prefill tokens:
+A step's work on each GPU (`tokenpilot.core.roofline`: FLOPs of the weights and of attention,
+bytes of the weights and of the KV cache read and written, tensor-parallel all-reduces) is priced
+at the rates the hardware achieves, not at its datasheet peaks:
 
-    memory_s  = (weight bytes + KV bytes per token x KV tokens read) / effective bandwidth
-    compute_s = compute seconds per token x n
-    excess_s  = excess of a full step x (n / threshold) ** k
-    step_s    = overhead + max(memory_s, compute_s) + excess_s
+    compute_s   = FLOPs / (compute efficiency x dense datasheet FLOPS)
+    memory_s    = bytes / (bandwidth efficiency x datasheet bandwidth)
+    allreduce_s = all-reduces x (latency + bytes per all-reduce / (0.75 x interconnect))
+    step_s      = overhead_s + compute_s + memory_s + allreduce_s
 
-The roofline (the max) explains why a small prefill rides free beside decode: its compute hides
-under the memory-bound decode read. The excess is what the interference study measured on top:
-a step that fills the threshold (the budget the study ran at) costs several times the decode
-baseline, while a step at half of it costs well under twice. A steep power of n / threshold
-reproduces that step shape and stays continuous and monotone, so no budget just under the
-threshold is cheaper than its neighbours; vLLM never schedules more than the budget per step,
-so the full step at the threshold is the one the study's mixed time prices.
+Both efficiencies are below 1, so no step is cheaper than its floor (the larger of FLOPs at peak
+and bytes at peak). Compute and memory add rather than overlap: published prefill times near the
+ridge point (a 128-token prompt reads every weight once and does little arithmetic with each) cost
+about the sum of the two, not the larger, and a step of a few hundred tokens runs its small GEMMs
+below peak. So the achieved fraction of peak FLOPS rises with the tokens in a step and never
+reaches the efficiency, and the cost in tokens is linear (plus attention's pairs) with no cliff.
+A prefill chunk does not ride free beside decode: each of its tokens costs 2 x parameters of
+arithmetic, and the budget the tuner picks follows from that.
 
-Fitting (for a profile with measurements; every figure comes from the profile's YAML):
-  - effective bandwidth: a least-squares line through the pure-decode steps; its intercept is
-    the weight read, its slope the per-sequence KV read at the study's (implied) context;
-  - compute seconds per token: from the heatmap's cells under the threshold where prefill no
-    longer hides (>= 20 % interference), else the datasheet FLOPS at the efficiency fitted on
-    H100; never above what a full step of the measured rows allows;
-  - excess of a full step: each measured row's mixed time less the roofline of one step of
-    threshold tokens (rows with bursts up to twice the threshold), linear in the decode count
-    between rows and flat beyond them;
-  - exponent k: least squares in log space through the heatmap's measured cells under the
-    threshold (their residual over the roofline against the full-step excess), else the H100 fit.
-A profile without measurements uses the datasheet with the efficiencies fitted on the measured
-GPUs, a full-step excess of a fixed fraction of the roofline compute of a threshold step and the
-H100 exponent; its `measured` is False so callers can say the figure is estimated. For another
-model than the one measured, bandwidth and efficiency carry over and the compute terms scale
-with the parameters per GPU.
+The parameters come from the profile's `stepModel` block, each naming the published data it was
+fitted on (bench/data/published_steps.yaml, bench/step_model_fit.py, docs/tuning.md) or the
+profile it inherits from; a profile without one uses the stated defaults below. The per-SKU
+threshold (the token budget measurements ran at) is carried as an input for the tuner, never as a
+price: the model has no jump.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from tokenpilot.api.model_shape import ModelShape, model_preset
-from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import GPUProfile, MeasuredInterference
+from tokenpilot.core.profiles import (
+    FittedValue,
+    GPUProfile,
+    ParameterBasis,
+    StepModelParameters,
+)
+from tokenpilot.core.roofline import (
+    PrefillChunk,
+    StepWork,
+    attention_pairs,
+    floor_s,
+    step_work,
+)
 
-# Scheduler and launch cost of a step; the study saw 0.1-0.5 ms of scheduling per step.
-OVERHEAD_S = 0.0003
-# No fit may claim more than this fraction of the datasheet bandwidth.
-MAX_BANDWIDTH_EFFICIENCY = 0.95
-# Median over the measured GPUs (tests/unit/test_steptime.py re-derives it).
-DEFAULT_BANDWIDTH_EFFICIENCY = 0.7
-# Effective prefill FLOP rate over the dense datasheet figure, fitted on the H100 heatmap. It is
-# above 1 because the study's mixed times are below what the datasheet allows (docs/tuning.md).
-DEFAULT_PREFILL_EFFICIENCY = 6.5
-# Excess of a full threshold step over its roofline, as a fraction of the roofline compute of
-# that step: the median over the measured GPUs of their largest fitted excess.
-DEFAULT_EXCESS_FRACTION = 1.4
-# Exponent of the excess, fitted on the H100 heatmap (the only measured one).
-DEFAULT_EXCESS_EXPONENT = 2.9
-# The fitted exponent stays in this range: below it the step would be a slope, above a cliff.
-_MIN_EXPONENT, _MAX_EXPONENT = 1.5, 8.0
-_EXPONENT_STEP = 0.05
-# Candidate compute rates tried, evenly from 0 to the most the measured rows allow.
-_COMPUTE_GRID = 40
-# Rows with bursts above this many thresholds span many steps and do not price one step.
-_FIT_MAX_THRESHOLDS = 2
+# NCCL's all-reduce moves data at about this share of the link's peak (its bus bandwidth).
+LINK_EFFICIENCY = 0.75
+# Assumed when a profile names no interconnect: PCIe Gen4 x16, one direction.
+DEFAULT_INTERCONNECT_GBPS = 32.0
+
+_DEFAULT_DATA = (
+    "default for a profile without stepModel: the {what} fitted for the built-in profiles "
+    "(docs/tuning.md, 'Where each number comes from')"
+)
+# Parameters for a profile that carries none: the pooled fits of the built-ins, and for compute
+# the lower of the two architectures fitted, so an unknown GPU is not credited with more.
+DEFAULT_STEP_MODEL = StepModelParameters(
+    engine="vLLM V1",
+    compute_efficiency=FittedValue(
+        value=0.46,
+        basis=ParameterBasis.default,
+        data=_DEFAULT_DATA.format(what="lower of the Ampere and Hopper compute efficiencies"),
+    ),
+    bandwidth_efficiency=FittedValue(
+        value=0.82,
+        basis=ParameterBasis.default,
+        data=_DEFAULT_DATA.format(what="bandwidth efficiency"),
+    ),
+    overhead_ms=FittedValue(
+        value=0.6, basis=ParameterBasis.default, data=_DEFAULT_DATA.format(what="vLLM V1 overhead")
+    ),
+    all_reduce_latency_us=FittedValue(
+        value=30,
+        basis=ParameterBasis.default,
+        data=_DEFAULT_DATA.format(what="all-reduce latency"),
+    ),
+)
+
+Bound = Literal["compute", "memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """One step priced: the total, its terms, and the datasheet floor it can never beat."""
+
+    step_s: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    allreduce_s: float
+    floor_s: float
+    bound: Bound
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {
+            "step_s": self.step_s,
+            "compute_s": self.compute_s,
+            "memory_s": self.memory_s,
+            "overhead_s": self.overhead_s,
+            "allreduce_s": self.allreduce_s,
+            "floor_s": self.floor_s,
+            "bound": self.bound,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class StepTimeModel:
-    """Prices one iteration; built by `step_time_model`, cheap to call millions of times."""
+    """Prices one step; built by `step_time_model`, cheap to call millions of times."""
 
     gpu: str
     tensor_parallel_size: int
     measured: bool
-    overhead_s: float
-    weight_read_s: float
-    kv_read_s_per_token: float
-    compute_s_per_token: float
     threshold_tokens: int
-    excess_num_decode: tuple[float, ...]
-    excess_s: tuple[float, ...]
-    excess_exponent: float
-    bandwidth_efficiency: float
-    prefill_efficiency: float
-    calibration_context_tokens: int | None
+    work: StepWork
+    peak_tflops: float
+    bandwidth_gbps: float
+    interconnect_gbps: float
+    parameters: StepModelParameters
+    _s_per_flop: float = field(init=False)
+    _s_per_byte: float = field(init=False)
+    _s_per_link_byte: float = field(init=False)
+    _overhead_s: float = field(init=False)
+    _allreduce_latency_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        p = self.parameters
+        init = object.__setattr__
+        init(self, "_s_per_flop", 1.0 / (p.compute_efficiency.value * self.peak_tflops * 1e12))
+        init(self, "_s_per_byte", 1.0 / (p.bandwidth_efficiency.value * self.bandwidth_gbps * 1e9))
+        init(self, "_s_per_link_byte", 1.0 / (LINK_EFFICIENCY * self.interconnect_gbps * 1e9))
+        init(self, "_overhead_s", p.overhead_ms.value / 1e3)
+        init(self, "_allreduce_latency_s", p.all_reduce_latency_us.value / 1e6)
 
     def iteration_s(
-        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> float:
-        """Seconds for one step with these tokens; `num_kv_tokens_read` sums context over
-        the scheduled sequences."""
-        num_tokens = num_decode_tokens + num_prefill_tokens
-        memory_s = self.weight_read_s + self.kv_read_s_per_token * num_kv_tokens_read
-        compute_s = self.compute_s_per_token * num_tokens
-        step_s = self.overhead_s + (memory_s if memory_s > compute_s else compute_s)
-        fill = num_tokens / self.threshold_tokens
-        return step_s + self.jump_at(num_decode_tokens) * math.pow(fill, self.excess_exponent)
+        """Seconds for one step: `num_decodes` decodes attending `decode_context_tokens` in
+        all (each its cached tokens plus itself), and the prefill chunks scheduled beside them."""
+        num_tokens = num_decodes
+        pairs = decode_context_tokens
+        kv_read = decode_context_tokens
+        for new, computed in prefill_chunks:
+            num_tokens += new
+            pairs += new * computed + new * (new + 1) // 2
+            kv_read += computed
+        w = self.work
+        return (
+            self._overhead_s
+            + (w.flops_per_token * num_tokens + w.flops_per_pair * pairs) * self._s_per_flop
+            + (w.weight_bytes + w.kv_bytes_per_token * (kv_read + num_tokens)) * self._s_per_byte
+            + w.num_allreduces
+            * (
+                self._allreduce_latency_s
+                + w.allreduce_bytes_per_token * num_tokens * self._s_per_link_byte
+            )
+        )
 
-    def jump_at(self, num_decode_tokens: float) -> float:
-        """The excess seconds of a step that fills the threshold, at this decode count."""
-        return _interpolate(self.excess_num_decode, self.excess_s, num_decode_tokens)
+    def breakdown(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> StepBreakdown:
+        """The same step, term by term, with its datasheet floor."""
+        num_tokens = num_decodes + sum(c.num_new_tokens for c in prefill_chunks)
+        pairs = attention_pairs(decode_context_tokens, prefill_chunks)
+        kv_read = decode_context_tokens + sum(c.num_computed_tokens for c in prefill_chunks)
+        w = self.work
+        flops = w.flops(num_tokens, pairs)
+        bytes_moved = w.bytes_moved(num_tokens, kv_read)
+        compute_s = flops * self._s_per_flop
+        memory_s = bytes_moved * self._s_per_byte
+        allreduce_s = w.num_allreduces * (
+            self._allreduce_latency_s
+            + w.allreduce_bytes_per_token * num_tokens * self._s_per_link_byte
+        )
+        return StepBreakdown(
+            step_s=self._overhead_s + compute_s + memory_s + allreduce_s,
+            compute_s=compute_s,
+            memory_s=memory_s,
+            overhead_s=self._overhead_s,
+            allreduce_s=allreduce_s,
+            floor_s=floor_s(flops, bytes_moved, self.peak_tflops, self.bandwidth_gbps),
+            bound="compute" if compute_s >= memory_s else "memory",
+        )
 
-    def decode_step_s(self, num_decode: int, context_tokens: int) -> float:
-        """A pure-decode step: `num_decode` sequences each `context_tokens` long."""
-        return self.iteration_s(num_decode, 0, num_decode * context_tokens)
+    def decode_step_s(self, num_decodes: int, context_tokens: int) -> float:
+        """A pure-decode step: `num_decodes` sequences each attending `context_tokens`."""
+        return self.iteration_s(num_decodes, num_decodes * context_tokens)
+
+    def prefill_s_per_token(self) -> float:
+        """What one more prefill token adds to a step, before attention."""
+        w = self.work
+        return (
+            w.flops_per_token * self._s_per_flop
+            + w.kv_bytes_per_token * self._s_per_byte
+            + w.num_allreduces * w.allreduce_bytes_per_token * self._s_per_link_byte
+        )
 
     def describe(self) -> str:
         """The model's figures in words, for plans and reasons."""
-        basis = "fitted to measurements" if self.measured else "estimated from the datasheet"
-        excess = ", ".join(f"{j * 1e3:.0f}" for j in self.excess_s)
+        p = self.parameters
+        bases = {v.basis for v in (p.compute_efficiency, p.bandwidth_efficiency, p.overhead_ms)}
+        basis = (
+            "fitted on published measurements"
+            if bases == {ParameterBasis.fitted}
+            else "partly inherited or default parameters"
+        )
+        weights_ms = self.work.weight_bytes * self._s_per_byte * 1e3
         return (
-            f"{self.gpu} step model ({basis}): weights read in {self.weight_read_s * 1e3:.1f} ms "
-            f"at {self.bandwidth_efficiency:.0%} of peak bandwidth, prefill "
-            f"{self.compute_s_per_token * 1e6:.2f} us/token, a step filling the "
-            f"{self.threshold_tokens:,}-token threshold costs {excess} ms more, growing as "
-            f"(tokens / threshold)^{self.excess_exponent:.1f}"
+            f"{self.gpu} step model ({p.engine}, {basis}; see docs/tuning.md): compute at "
+            f"{p.compute_efficiency.value:.0%} of {self.peak_tflops:g} TFLOPS, memory at "
+            f"{p.bandwidth_efficiency.value:.0%} of {self.bandwidth_gbps:g} GB/s, "
+            f"{p.overhead_ms.value:g} ms per step; the weights take {weights_ms:.1f} ms to read "
+            f"and each prefill token adds {self.prefill_s_per_token() * 1e6:.1f} us"
         )
 
 
@@ -124,210 +226,31 @@ def step_time_model(
     profile: GPUProfile, shape: ModelShape, tensor_parallel_size: int = 1
 ) -> StepTimeModel:
     """The step-time model of `shape` on `profile` at this tensor parallelism."""
-    tp = tensor_parallel_size
-    if tp < 1:
-        raise InvalidSpec(f"tensorParallelSize must be at least 1, got {tp}")
-    if shape.num_attention_heads % tp != 0:
-        raise InvalidSpec(
-            f"tensorParallelSize {tp} must divide numAttentionHeads "
-            f"({shape.num_attention_heads}); choose a divisor such as 1, 2, 4 or 8"
-        )
-    params_gpu = shape.num_parameters / tp
-    weight_bytes_gpu = shape.weight_bytes / tp
-    # KV heads split across ranks until each rank holds one; beyond that they are replicated.
-    kv_bytes_token_gpu = shape.kv_bytes_per_token / min(tp, shape.num_kv_heads)
-    peak_bytes_per_s = profile.hbm_bandwidth_gbps * 1e9
-    peak_flops = profile.bf16_dense_tflops * 1e12
-
-    if profile.measured is None:
-        bytes_per_s = peak_bytes_per_s * DEFAULT_BANDWIDTH_EFFICIENCY
-        compute_s_per_token = 2.0 * params_gpu / (peak_flops * DEFAULT_PREFILL_EFFICIENCY)
-        threshold = _scaled_threshold(_estimated_threshold(profile), 1.0)
-        return StepTimeModel(
-            gpu=profile.name,
-            tensor_parallel_size=tp,
-            measured=False,
-            overhead_s=OVERHEAD_S,
-            weight_read_s=weight_bytes_gpu / bytes_per_s,
-            kv_read_s_per_token=kv_bytes_token_gpu / bytes_per_s,
-            compute_s_per_token=compute_s_per_token,
-            threshold_tokens=threshold,
-            excess_num_decode=(0.0,),
-            excess_s=(DEFAULT_EXCESS_FRACTION * threshold * compute_s_per_token,),
-            excess_exponent=DEFAULT_EXCESS_EXPONENT,
-            bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
-            prefill_efficiency=DEFAULT_PREFILL_EFFICIENCY,
-            calibration_context_tokens=None,
-        )
-
-    fit = _fit(profile, profile.measured)
-    scale = params_gpu / fit.params
+    work = step_work(shape, tensor_parallel_size)
     return StepTimeModel(
         gpu=profile.name,
-        tensor_parallel_size=tp,
-        measured=True,
-        overhead_s=OVERHEAD_S,
-        weight_read_s=weight_bytes_gpu / fit.bytes_per_s,
-        kv_read_s_per_token=kv_bytes_token_gpu / fit.bytes_per_s,
-        compute_s_per_token=fit.compute_s_per_token * scale,
-        threshold_tokens=_scaled_threshold(profile.measured.threshold_prefill_tokens, scale),
-        excess_num_decode=fit.excess_num_decode,
-        excess_s=tuple(j * scale for j in fit.excess_s),
-        excess_exponent=fit.excess_exponent,
-        bandwidth_efficiency=fit.bytes_per_s / peak_bytes_per_s,
-        prefill_efficiency=2.0 * fit.params / (fit.compute_s_per_token * peak_flops),
-        calibration_context_tokens=round(fit.context_tokens),
+        tensor_parallel_size=tensor_parallel_size,
+        measured=profile.measured is not None,
+        threshold_tokens=_threshold(profile, work),
+        work=work,
+        peak_tflops=profile.bf16_dense_tflops,
+        bandwidth_gbps=profile.hbm_bandwidth_gbps,
+        interconnect_gbps=profile.interconnect_gbps or DEFAULT_INTERCONNECT_GBPS,
+        parameters=profile.step_model or DEFAULT_STEP_MODEL,
     )
 
 
-def _estimated_threshold(profile: GPUProfile) -> int:
-    # The study saw two classes: ~8K tokens on the ~1 PFLOPS Hopper parts, ~4K on everything
-    # from 130 to 400 TFLOPS. Nothing measured supports a smaller figure.
-    return 8192 if profile.bf16_dense_tflops >= 900 else 4096
-
-
-def _scaled_threshold(threshold: int, params_scale: float) -> int:
-    # A model with more parameters per GPU saturates compute with fewer tokens.
-    scaled = int(threshold / params_scale) // 256 * 256
+def _threshold(profile: GPUProfile, work: StepWork) -> int:
+    """The token budget the tuner never exceeds: the measured one, scaled to this model's
+    parameters per GPU (a bigger model fills a step with fewer tokens), else an estimate."""
+    measured = profile.measured
+    if measured is None:
+        # The study saw two classes: ~8K tokens on the ~1 PFLOPS Hopper parts, ~4K on
+        # everything from 130 to 400 TFLOPS.
+        return 8192 if profile.bf16_dense_tflops >= 900 else 4096
+    measured_work = step_work(
+        model_preset(measured.provenance.model), measured.tensor_parallel_size
+    )
+    scale = work.flops_per_token / measured_work.flops_per_token
+    scaled = int(measured.threshold_prefill_tokens / scale) // 256 * 256
     return max(256, scaled)
-
-
-@dataclass(frozen=True, slots=True)
-class _Fit:
-    params: float
-    bytes_per_s: float
-    context_tokens: float
-    compute_s_per_token: float
-    excess_num_decode: tuple[float, ...]
-    excess_s: tuple[float, ...]
-    excess_exponent: float
-
-
-def _fit(profile: GPUProfile, measured: MeasuredInterference) -> _Fit:
-    study = model_preset(measured.provenance.model)
-    weight_bytes = study.weight_bytes
-    threshold = measured.threshold_prefill_tokens
-
-    # Pure-decode steps: step = a + b x decodes; a is overhead plus the weight read.
-    points = [(float(s.num_decode), s.step_ms / 1e3) for s in measured.decode_steps]
-    a_min = OVERHEAD_S + weight_bytes / (
-        profile.hbm_bandwidth_gbps * 1e9 * MAX_BANDWIDTH_EFFICIENCY
-    )
-    a, b = _line(points)
-    if a < a_min:
-        a = a_min
-        b = sum(d * (t - a) for d, t in points) / sum(d * d for d, _ in points)
-    b = max(b, 0.0)
-    bytes_per_s = weight_bytes / (a - OVERHEAD_S)
-    context_tokens = b * bytes_per_s / study.kv_bytes_per_token
-
-    def memory_s(num_decode: float) -> float:
-        return a - OVERHEAD_S + b * num_decode
-
-    # A row's burst overflows the threshold, so the engine runs it as full steps of the
-    # threshold (the budget the study ran at); that step is what its mixed time prices.
-    rows = [
-        (float(r.num_decode), r.mixed_ms / 1e3)
-        for r in measured.mixed_steps
-        if r.num_decode + r.num_prefill_tokens > threshold
-        and r.num_prefill_tokens <= _FIT_MAX_THRESHOLDS * threshold
-    ]
-    max_compute = min(((t - OVERHEAD_S) / threshold for _, t in rows), default=math.inf)
-    datasheet = 2.0 * study.num_parameters / (profile.bf16_dense_tflops * 1e12)
-    compute = min(max_compute, datasheet / DEFAULT_PREFILL_EFFICIENCY)
-    exponent = DEFAULT_EXCESS_EXPONENT
-    hm = measured.heatmap
-    # Each measured heatmap cell under the threshold is one step at the heatmap's decode count.
-    cells = (
-        []
-        if hm is None
-        else [
-            (hm.num_decode, hm.num_decode + c.num_prefill_tokens, 1 + c.interference_pct / 100)
-            for c in hm.cells
-            if not c.upper_bound and hm.num_decode + c.num_prefill_tokens <= threshold
-        ]
-    )
-    if rows and cells and max_compute < math.inf:
-        compute, exponent = _fit_compute_and_exponent(memory_s, threshold, rows, cells, max_compute)
-
-    xs, ys = _excess_table(memory_s, threshold, rows, compute)
-    if not xs:
-        xs, ys = (0.0,), (DEFAULT_EXCESS_FRACTION * threshold * compute,)
-    return _Fit(
-        params=float(study.num_parameters),
-        bytes_per_s=bytes_per_s,
-        context_tokens=context_tokens,
-        compute_s_per_token=compute,
-        excess_num_decode=xs,
-        excess_s=ys,
-        excess_exponent=exponent,
-    )
-
-
-def _excess_table(
-    memory_s: Callable[[float], float],
-    threshold: int,
-    rows: list[tuple[float, float]],
-    compute_s_per_token: float,
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Each row's full-step time over the roofline of that step, averaged per decode count."""
-    by_decode: dict[float, list[float]] = {}
-    for d, mixed_s in rows:
-        roofline_s = OVERHEAD_S + max(memory_s(d), compute_s_per_token * threshold)
-        by_decode.setdefault(d, []).append(max(0.0, mixed_s - roofline_s))
-    xs = tuple(sorted(by_decode))
-    return xs, tuple(sum(by_decode[x]) / len(by_decode[x]) for x in xs)
-
-
-def _fit_compute_and_exponent(
-    memory_s: Callable[[float], float],
-    threshold: int,
-    rows: list[tuple[float, float]],
-    cells: list[tuple[int, int, float]],
-    max_compute: float,
-) -> tuple[float, float]:
-    """Compute seconds per token and exponent k minimising the squared seconds between the
-    model and the heatmap's cells (each a step time relative to the model's decode step),
-    the full-step excess pinned to the rows for each candidate; a grid, as the error surface
-    is flat along the compute rate and a gradient would wander."""
-    best = (math.inf, 0.0, DEFAULT_EXCESS_EXPONENT)
-    num_k = round((_MAX_EXPONENT - _MIN_EXPONENT) / _EXPONENT_STEP)
-    for i in range(_COMPUTE_GRID + 1):
-        compute = max_compute * i / _COMPUTE_GRID
-        xs, ys = _excess_table(memory_s, threshold, rows, compute)
-        points = []
-        for d, num_tokens, ratio in cells:
-            memory = memory_s(d)
-            base_s = OVERHEAD_S + max(memory, compute * d)
-            roofline_s = OVERHEAD_S + max(memory, compute * num_tokens)
-            points.append(
-                (num_tokens / threshold, base_s * ratio - roofline_s, _interpolate(xs, ys, d))
-            )
-        for j in range(num_k + 1):
-            k = _MIN_EXPONENT + _EXPONENT_STEP * j
-            err = sum((full_s * fill**k - residual_s) ** 2 for fill, residual_s, full_s in points)
-            if err < best[0]:
-                best = (err, compute, k)
-    return best[1], best[2]
-
-
-def _interpolate(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
-    """Piecewise-linear through (xs, ys), flat outside them."""
-    if x <= xs[0]:
-        return ys[0]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            return ys[i - 1] + (x - xs[i - 1]) / (xs[i] - xs[i - 1]) * (ys[i] - ys[i - 1])
-    return ys[-1]
-
-
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares intercept and slope; a single point gives a flat line."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    var_x = sum((x - mean_x) ** 2 for x, _ in points)
-    if var_x == 0:
-        return mean_y, 0.0
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var_x
-    return mean_y - slope * mean_x, slope

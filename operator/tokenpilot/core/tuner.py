@@ -7,28 +7,32 @@ tokens and words):
      output's worth of steps for one (TTFT breaks), while one more running sequence adds only
      its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
      The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
-     at the expected context and whose pure-decode step stays under the decode share of the ITL
-     limit (the P99 ITL target times a headroom factor); load beyond it is the autoscaler's.
+     at the expected context and whose step at the smallest budget vLLM allows (max_num_seqs
+     tokens, the rest prefill, which costs its arithmetic) stays under the decode share of the
+     ITL limit (the P99 ITL target times a headroom factor); load beyond it is the autoscaler's.
   2. `upper_bound`: the largest budget B whose slowest step, `planned` decodes plus the rest
-     prefill tokens, stays under the ITL limit; the GPU's threshold caps it, since a step past
-     the threshold jumps (measured where the profile has measurements, estimated otherwise).
+     prefill tokens, stays under the ITL limit; the GPU's threshold caps it: the token budget
+     its measurements ran at (estimated where the profile has none), which the tuner never
+     exceeds.
   3. `lower_bound`: every step stays under the ITL limit, so a prompt of L tokens may take at most
      floor(TTFT / ITL) steps and each must carry ceil(L / steps) prefill tokens.
-  4. `pick_budget`: interactive takes the largest budget whose prefill still hides under the
-     decode read (the slowest step within 5 % of pure decode), raised to the lower bound if TTFT
-     needs more; throughput takes the knee, the upper bound, past which the step jumps or ITL
-     breaks; balanced the midpoint of the two. A budget the spec sets is kept as it is.
+  4. `pick_budget`: interactive takes the largest budget whose slowest step stays within 5 % of
+     the step at the smallest budget, raised to the lower bound if TTFT needs more; throughput
+     takes the knee, the upper bound, past which ITL breaks or the threshold caps; balanced the
+     midpoint of the two. A budget the spec sets is kept as it is.
   5. `judge`: when the bounds cross, say which SLOs collide and what to change; the budget
      honours ITL. `Infeasible` is raised only for strict SLOs; otherwise the decision carries
      the problem.
-Budgets are multiples of the KV block size and lie in [max_num_seqs, max_model_len x max_num_seqs].
-The step model is used only through `StepModel`'s five members.
+A step is priced as `StepPrices` says: the decodes at the expected context beside the tail chunk
+of a P99 prompt, which attends the whole prompt. Budgets are multiples of the KV block size and
+lie in [max_num_seqs, max_model_len x max_num_seqs]. The step model is used only through
+`StepModel`'s four members.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,6 +53,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import step_time_model
 
 # The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
@@ -56,7 +61,7 @@ ITL_HEADROOM = 0.8
 # Pure decode may fill this share of the step limit; the rest is left for the prefill chunk's
 # own reads, so a full decode batch does not squeeze the budget down to max_num_seqs.
 DECODE_STEP_SHARE = 0.9
-# A step counts as "prefill hidden" while it is at most this much slower than pure decode.
+# The interactive pick: a step at most this much slower than the one at the smallest budget.
 HIDDEN_PREFILL_TOLERANCE = 0.05
 # Context assumed per sequence when the user gives none: the prompt plus this many output tokens.
 DEFAULT_OUTPUT_TOKENS = 512
@@ -74,10 +79,11 @@ class StepModel(Protocol):
     def measured(self) -> bool: ...
 
     def iteration_s(
-        self, num_decode_tokens: int, num_prefill_tokens: int, num_kv_tokens_read: int
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> float: ...
-
-    def decode_step_s(self, num_decode: int, context_tokens: int) -> float: ...
 
     def describe(self) -> str: ...
 
@@ -108,6 +114,31 @@ class WorkloadHints:
 
 
 @dataclass(frozen=True, slots=True)
+class StepPrices:
+    """What a step costs on this GPU for this workload: decodes at the expected context beside
+    the tail chunk of a P99 prompt, which attends the whole prompt."""
+
+    model: StepModel
+    context_tokens: int
+    prompt_tokens: int
+
+    def step_s(self, num_decodes: int, budget: int) -> float:
+        """A step of `budget` tokens: `num_decodes` decodes (at most the budget), the rest
+        prefill."""
+        decodes = min(num_decodes, budget)
+        prefill = budget - decodes
+        chunk = PrefillChunk(prefill, max(0, self.prompt_tokens - prefill))
+        return self.model.iteration_s(
+            decodes, decodes * self.context_tokens, (chunk,) if prefill else ()
+        )
+
+    def smallest_step_s(self, num_decodes: int, max_num_seqs: int) -> float:
+        """Every prefill token costs its arithmetic, so a step at the smallest budget vLLM
+        allows (max_num_seqs) is the cheapest full step these decodes can share."""
+        return self.step_s(num_decodes, max(_round_up(max_num_seqs), _round_up(num_decodes)))
+
+
+@dataclass(frozen=True, slots=True)
 class SeqsChoice:
     """Step 1's answer: the engine's cap, and the decode batch the budget is sized for."""
 
@@ -126,8 +157,7 @@ class StepFrame:
     range a budget may take."""
 
     gpu: str
-    model: StepModel
-    context_tokens: int
+    prices: StepPrices
     step_limit_s: float
     planned_decodes: int
     # (decodes, step limit) for each ITL looser than the target that plans more decodes.
@@ -135,11 +165,14 @@ class StepFrame:
     floor_budget: int
     max_budget: int
 
+    @property
+    def model(self) -> StepModel:
+        return self.prices.model
+
     def slowest_step_s(self, budget: int, num_decodes: int | None = None) -> float:
         """A step of `budget` tokens: the decodes (all planned by default), the rest prefill."""
-        decodes = min(self.planned_decodes if num_decodes is None else num_decodes, budget)
-        prefill = budget - decodes
-        return self.model.iteration_s(decodes, prefill, decodes * self.context_tokens + prefill)
+        decodes = self.planned_decodes if num_decodes is None else num_decodes
+        return self.prices.step_s(decodes, budget)
 
     def largest_budget(self, num_decodes: int, step_limit_s: float, high: int) -> int | None:
         """The largest block multiple in [floor, high] whose slowest step fits the limit."""
@@ -196,11 +229,12 @@ def recommend(
         context,
     )
     model: StepModel = step_time_model(profile, shape, hints.tensor_parallel_size)
+    prices = StepPrices(model, context, prompt or DEFAULT_PROMPT_TOKENS)
     # Without an ITL target nothing bounds a step but the threshold.
     step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
 
-    seqs = choose_max_num_seqs(profile.name, model, capacity, context, step_limit_s, slo, hints)
-    frame = step_frame(profile.name, model, context, step_limit_s, hints, seqs)
+    seqs = choose_max_num_seqs(profile.name, prices, capacity, step_limit_s, slo, hints)
+    frame = step_frame(profile.name, prices, step_limit_s, hints, seqs)
     upper, upper_problem = upper_bound(frame, slo)
     lower, lower_problem = lower_bound(frame, slo, prompt, upper)
     set_by = pick_budget(frame, hints, lower, upper)
@@ -251,9 +285,8 @@ def recommend(
 
 def choose_max_num_seqs(
     gpu: str,
-    model: StepModel,
+    prices: StepPrices,
     capacity: CapacityPlan,
-    context: int,
     step_limit_s: float,
     slo: ServiceLevel,
     hints: WorkloadHints,
@@ -270,6 +303,7 @@ def choose_max_num_seqs(
     else:
         num_seqs, source = DEFAULT_MAX_NUM_SEQS, SeqsSource.vllm_default
         seqs_reason = f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
+    context = prices.context_tokens
     kv_fit = max(1, capacity.max_concurrency)
     kv_reason = (
         f"the KV cache holds {kv_fit} sequences of {context:,} tokens "
@@ -278,7 +312,9 @@ def choose_max_num_seqs(
     itl = _target(slo.itl_p99_s)
     decode_limit_s = step_limit_s * DECODE_STEP_SHARE
     max_decodes = min(kv_fit, num_seqs)
-    planned = _largest(1, max_decodes, lambda s: model.decode_step_s(s, context) <= decode_limit_s)
+    planned = _largest(
+        1, max_decodes, lambda s: prices.smallest_step_s(s, num_seqs) <= decode_limit_s
+    )
     if planned is None:
         return SeqsChoice(
             num_seqs,
@@ -290,8 +326,9 @@ def choose_max_num_seqs(
                 "sequence, and a lower cap would only queue requests"
             ),
             problem=(
-                f"even one sequence at {context:,} tokens takes "
-                f"{format_duration_s(model.decode_step_s(1, context))} per step on {gpu}, "
+                f"even one sequence at {context:,} tokens, beside the prefill of the smallest "
+                f"budget vLLM allows ({_round_up(num_seqs):,} tokens), takes "
+                f"{format_duration_s(prices.smallest_step_s(1, num_seqs))} per step on {gpu}, "
                 f"over the {format_duration_s(decode_limit_s)} decode share of the step limit "
                 f"for ITL {itl}"
             ),
@@ -299,9 +336,9 @@ def choose_max_num_seqs(
     if planned < max_decodes:
         words = (
             f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}. ITL {itl} leaves "
-            f"{format_duration_s(decode_limit_s)} per step for decode, enough for {planned} "
-            f"of them: the budget is sized for {planned} decodes, and load beyond that per "
-            "replica is the autoscaler's to spread"
+            f"{format_duration_s(decode_limit_s)} per step for decode beside the smallest "
+            f"budget's prefill, enough for {planned} of them: the budget is sized for {planned} "
+            "decodes, and load beyond that per replica is the autoscaler's to spread"
         )
     else:
         words = f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}"
@@ -309,12 +346,7 @@ def choose_max_num_seqs(
 
 
 def step_frame(
-    gpu: str,
-    model: StepModel,
-    context: int,
-    step_limit_s: float,
-    hints: WorkloadHints,
-    seqs: SeqsChoice,
+    gpu: str, prices: StepPrices, step_limit_s: float, hints: WorkloadHints, seqs: SeqsChoice
 ) -> StepFrame:
     """What steps 2 to 4 share, once step 1 has set max_num_seqs and `planned`.
 
@@ -325,12 +357,11 @@ def step_frame(
     floor_budget = _round_up(seqs.max_num_seqs)
     return StepFrame(
         gpu=gpu,
-        model=model,
-        context_tokens=context,
+        prices=prices,
         step_limit_s=step_limit_s,
         planned_decodes=seqs.planned_decodes,
         looser=tuple(
-            (more, model.decode_step_s(more, context) / DECODE_STEP_SHARE)
+            (more, prices.smallest_step_s(more, seqs.max_num_seqs) / DECODE_STEP_SHARE)
             for more in range(seqs.planned_decodes + 1, seqs.max_decodes + 1)
         ),
         floor_budget=floor_budget,
@@ -362,7 +393,8 @@ def upper_bound(frame: StepFrame, slo: ServiceLevel) -> tuple[Bound, str | None]
     if threshold <= itl_bound:
         words = (
             f"at most {threshold:,}: the {_basis(f.model)} threshold of "
-            f"{f.model.threshold_tokens:,} tokens on {f.gpu}; past it a step's time jumps"
+            f"{f.model.threshold_tokens:,} tokens on {f.gpu}, the largest budget its measurements "
+            "support"
         )
         if itl_bound > threshold and slo.itl_p99_s is not None:
             words += f" (ITL {itl} alone would allow {itl_bound:,})"
@@ -446,9 +478,9 @@ def pick_budget(frame: StepFrame, hints: WorkloadHints, lower: Bound, upper: Bou
     if interactive == lower.tokens and lower.tokens > hidden_top:
         return Bound(lower.kind, interactive, f"token_budget {interactive:,} {lower.words}")
     words = (
-        f"token_budget {interactive:,} (interactive): the largest budget whose prefill "
-        f"still hides under the decode read (slowest step "
-        f"{format_duration_s(f.slowest_step_s(interactive))}, pure decode "
+        f"token_budget {interactive:,} (interactive): the largest budget whose slowest step "
+        f"stays within {HIDDEN_PREFILL_TOLERANCE:.0%} of the smallest budget's (slowest step "
+        f"{format_duration_s(f.slowest_step_s(interactive))}, at the smallest budget "
         f"{format_duration_s(f.slowest_step_s(f.floor_budget))})"
     )
     return Bound(BoundKind.hidden_prefill, interactive, words)
