@@ -108,3 +108,21 @@ def load_catalog_from_cluster(client: KubeClient, configmap: str | None) -> Prof
         log.warning("ConfigMap %s not found; using the built-in GPU profiles only", configmap)
         return load_catalog()
     return load_catalog(configmap_data=body.get("data") or {}, configmap=configmap)
+
+
+def chosen_profile(
+    catalog: ProfileCatalog, gpu: str | None, gpu_profile: Path | None
+) -> GPUProfile:
+    """The profile a command line names: `--gpu` from `catalog`, or `--gpu-profile FILE`, which
+    overrides the catalog's profile of the same SKU (keeping its step-model parameters and
+    measurements unless the file has its own)."""
+    if gpu_profile is not None:
+        if gpu is not None:
+            raise InvalidSpec("give --gpu or --gpu-profile, not both")
+        own = read_profile_file(gpu_profile)
+        return merge_catalogs(catalog, [own]).get(own.name)
+    if gpu is None:
+        raise InvalidSpec(
+            f"--gpu is required: name a SKU ({', '.join(catalog.names)}) or pass --gpu-profile FILE"
+        )
+    return catalog.get(gpu)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from tokenpilot.adapters.profiles import load_catalog, read_profile_file
+from tokenpilot.adapters.profiles import chosen_profile, load_catalog
 from tokenpilot.api.llmservice import (
     DEFAULT_BATCHING_PROFILE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -30,7 +30,6 @@ from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPr
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import format_duration_s, parse_duration_s
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
-from tokenpilot.core.profiles import GPUProfile, merge_catalogs
 from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
 
 EXIT_INFEASIBLE = 2
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
         )
-        profile = _profile(args)
+        profile = chosen_profile(load_catalog(args.profiles_dir), args.gpu, args.gpu_profile)
         rec = recommend(profile, shape, slo, hints)
     # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
     except (TokenPilotError, UnknownModelPreset) as exc:
@@ -130,20 +129,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_as_table(rec, model_name, slo))
     return 0 if rec.decision.feasible else EXIT_INFEASIBLE
-
-
-def _profile(args: argparse.Namespace) -> GPUProfile:
-    catalog = load_catalog(args.profiles_dir)
-    if args.gpu_profile is not None:
-        if args.gpu is not None:
-            raise InvalidSpec("give --gpu or --gpu-profile, not both")
-        own = read_profile_file(args.gpu_profile)
-        return merge_catalogs(catalog, [own]).get(own.name)
-    if args.gpu is None:
-        raise InvalidSpec(
-            f"--gpu is required: name a SKU ({', '.join(catalog.names)}) or pass --gpu-profile FILE"
-        )
-    return catalog.get(args.gpu)
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:

@@ -17,10 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from tokenpilot.adapters.profiles import load_builtin_catalog, read_profile_file
+from tokenpilot.adapters.profiles import chosen_profile, load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError, UnknownGPU
-from tokenpilot.core.profiles import GPUProfile, merge_catalogs
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepBreakdown, StepTimeModel, step_time_model
 
@@ -91,23 +90,10 @@ def _price(args: argparse.Namespace) -> tuple[StepTimeModel, StepBreakdown]:
             "--context must be at least 1 with --decodes (a decode attends at least itself); "
             "give the tokens each decode attends, e.g. --context 1024"
         )
-    model = step_time_model(_profile(args), MODEL_PRESETS[args.model], tp)
+    profile = chosen_profile(load_builtin_catalog(), args.gpu, args.gpu_profile)
+    model = step_time_model(profile, MODEL_PRESETS[args.model], tp)
     chunks = (PrefillChunk(prefill, prefill_context),) if prefill else ()
     return model, model.breakdown(num_decodes, num_decodes * context, chunks)
-
-
-def _profile(args: argparse.Namespace) -> GPUProfile:
-    builtin = load_builtin_catalog()
-    if args.gpu_profile is not None:
-        if args.gpu is not None:
-            raise InvalidSpec("give --gpu or --gpu-profile, not both")
-        own = read_profile_file(args.gpu_profile)
-        return merge_catalogs(builtin, [own]).get(own.name)
-    if args.gpu is None:
-        raise InvalidSpec(
-            f"--gpu is required: name a SKU ({', '.join(builtin.names)}) or pass --gpu-profile FILE"
-        )
-    return builtin.get(args.gpu)
 
 
 def _count(text: str, option: str, minimum: int = 0) -> int:

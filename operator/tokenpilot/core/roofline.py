@@ -100,6 +100,16 @@ def floor_s(flops: float, bytes_moved: float, peak_tflops: float, bandwidth_gbps
     return max(flops / (peak_tflops * 1e12), bytes_moved / (bandwidth_gbps * 1e9))
 
 
+def step_totals(
+    num_decodes: int, decode_context_tokens: int, prefill_chunks: Sequence[PrefillChunk] = ()
+) -> tuple[int, int, int]:
+    """(tokens computed, attention pairs, cached KV tokens read) of one step of this mix."""
+    num_tokens = num_decodes + sum(c.num_new_tokens for c in prefill_chunks)
+    pairs = attention_pairs(decode_context_tokens, prefill_chunks)
+    kv_read = decode_context_tokens + sum(c.num_computed_tokens for c in prefill_chunks)
+    return num_tokens, pairs, kv_read
+
+
 def step_floor_s(
     work: StepWork,
     peak_tflops: float,
@@ -109,9 +119,7 @@ def step_floor_s(
     prefill_chunks: Sequence[PrefillChunk] = (),
 ) -> float:
     """The datasheet floor of one step of this mix."""
-    num_tokens = num_decodes + sum(c.num_new_tokens for c in prefill_chunks)
-    pairs = attention_pairs(decode_context_tokens, prefill_chunks)
-    kv_read = decode_context_tokens + sum(c.num_computed_tokens for c in prefill_chunks)
+    num_tokens, pairs, kv_read = step_totals(num_decodes, decode_context_tokens, prefill_chunks)
     return floor_s(
         work.flops(num_tokens, pairs),
         work.bytes_moved(num_tokens, kv_read),

@@ -41,8 +41,8 @@ from tokenpilot.core.profiles import (
 from tokenpilot.core.roofline import (
     PrefillChunk,
     StepWork,
-    attention_pairs,
     floor_s,
+    step_totals,
     step_work,
 )
 
@@ -168,9 +168,7 @@ class StepTimeModel:
         prefill_chunks: Sequence[PrefillChunk] = (),
     ) -> StepBreakdown:
         """The same step, term by term, with its datasheet floor."""
-        num_tokens = num_decodes + sum(c.num_new_tokens for c in prefill_chunks)
-        pairs = attention_pairs(decode_context_tokens, prefill_chunks)
-        kv_read = decode_context_tokens + sum(c.num_computed_tokens for c in prefill_chunks)
+        num_tokens, pairs, kv_read = step_totals(num_decodes, decode_context_tokens, prefill_chunks)
         w = self.work
         flops = w.flops(num_tokens, pairs)
         bytes_moved = w.bytes_moved(num_tokens, kv_read)
