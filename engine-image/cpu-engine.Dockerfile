@@ -25,10 +25,10 @@ RUN TOKENPILOT_ENGINE_VENV=/opt/vllm PYTHON=python3 VLLM_VERSION=0.32.0 TORCH_VE
 COPY lab/tokenpilot_lab/tinymodel.py /build/tinymodel.py
 # safetensors writes its file 0600; the server runs as an unprivileged user.
 RUN /opt/vllm/bin/python /build/tinymodel.py /models/tiny && chmod -R a+rX /models && rm -rf /build
-# torch.compile on CPU (vLLM compiles the model at start) needs a C++ compiler; after the venv
+# torch.compile on CPU (vLLM compiles the model at start) needs a C++ compiler and Python.h; after the venv
 # so that changing it does not invalidate the 6 GB layer.
 RUN apt-get update -qq \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ libc6-dev \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++ libc6-dev python3-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # The defaults the engine test tier uses for a 2-core machine without a GPU; a pod's env wins.
