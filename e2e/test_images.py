@@ -375,7 +375,9 @@ def test_a_real_vllm_engine_from_the_cpu_image_serves_with_the_rendered_flags(
             "env": [{"name": "OMP_NUM_THREADS", "value": "2"}],
         },
         batching={"maxNumSeqs": 4, "maxNumBatchedTokens": 1024},
-        autoscaling={"enabled": False},
+        # Bounds of one replica: the autoscaler evaluates the service (and so reads the engine's
+        # metrics and sets MetricsAvailable) but never adds a second 7 GB engine.
+        autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 1, "interval": "2s"},
         replicas=1,
     )
     image_cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(body))
@@ -410,9 +412,16 @@ def test_a_real_vllm_engine_from_the_cpu_image_serves_with_the_rendered_flags(
         trust_env=False,
     )
     assert completion.status_code == 200, completion.text
-    eventually(
-        lambda: condition(image_cluster.get("llms", name, namespace), "MetricsAvailable") == "True",
-        timeout_s=120,
-        interval_s=2,
-        what="the operator reading the vLLM engine's metrics (MetricsAvailable)",
-    )
+    try:
+        eventually(
+            lambda: (
+                condition(image_cluster.get("llms", name, namespace), "MetricsAvailable") == "True"
+            ),
+            timeout_s=120,
+            interval_s=2,
+            what="the operator reading the vLLM engine's metrics (MetricsAvailable)",
+        )
+    except pytest.fail.Exception:
+        status = (image_cluster.get("llms", name, namespace) or {}).get("status")
+        operator_log = image_cluster.pod_log(operator_release["pod"], "operator")
+        pytest.fail(f"MetricsAvailable not True; status {status}\n{operator_log}")
