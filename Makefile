@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TP := $(BIN)/tokenpilot
 PYTEST_ARGS ?=
 
-.PHONY: venv tools system-deps engine-deps lint test test-unit test-cluster test-engine demo clean
+.PHONY: venv tools system-deps engine-deps images lint test test-unit test-cluster test-engine demo clean
 
 # The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
 # both editable: the one `tokenpilot` command then offers every subcommand.
@@ -24,9 +24,15 @@ venv: $(BIN)/.installed
 tools: venv
 	$(TP) dev-cluster build
 
-# Debian's prometheus (server and promtool) for the Prometheus-source and rules tests.
+# Debian's prometheus (server and promtool) for the Prometheus-source and rules tests, and
+# podman, buildah, runc and debootstrap for the images.
 system-deps:
 	hack/install-system-deps.sh
+
+# The operator, engine-sim and CPU-engine images, built with podman from a Debian base made
+# with debootstrap; no image registry. Unchanged inputs reuse podman's layer cache.
+images: system-deps
+	hack/build-images.sh
 
 # The CPU build of real vLLM in its own virtualenv, for the `engine` tier.
 engine-deps:
@@ -41,7 +47,7 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-test: venv tools system-deps engine-deps lint
+test: venv tools system-deps engine-deps images lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv tools

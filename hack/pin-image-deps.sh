@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Write engine-image/constraints.txt: the runtime dependency closure of the operator
-# (tokenpilot) and the lab (tokenpilot-lab), no extras, at the versions installed in the
-# project's virtualenv, which the test suite ran against. The images install with --constraint,
-# so the operator image gets exactly these versions of what it needs, and the engine-sim image
-# (which adds the lab) the same versions plus the lab's.
+# (`tokenpilot`) and the lab (`tokenpilot-lab`), no extras, at the versions installed in the
+# project's virtualenv, which the test suite ran against. The images install with --constraint
+# and then refuse any installed distribution the file does not pin (engine-image/*.Dockerfile);
+# tests/unit/test_image_constraints.py fails when a requirement has no pin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-.venv/bin/python}"
@@ -13,15 +13,15 @@ from importlib.metadata import PackageNotFoundError, distribution
 
 from packaging.requirements import Requirement
 
-OURS = {"tokenpilot", "tokenpilot-lab"}
 seen: dict[str, str] = {}
-todo = [Requirement(r) for d in sorted(OURS) for r in distribution(d).requires or []]
+ROOTS = ("tokenpilot", "tokenpilot-lab")
+todo = [Requirement(r) for root in ROOTS for r in distribution(root).requires or []]
 while todo:
     req = todo.pop()
     if req.marker is not None and not req.marker.evaluate({"extra": ""}):
         continue
     name = re.sub(r"[-_.]+", "-", req.name).lower()
-    if name in seen or name in OURS:
+    if name in seen or name in ROOTS:
         continue
     try:
         dist = distribution(req.name)
@@ -29,8 +29,8 @@ while todo:
         continue
     seen[name] = dist.version
     todo += [Requirement(r) for r in dist.requires or []]
-print("# Runtime dependencies of tokenpilot and tokenpilot-lab pinned for the images;")
-print("# regenerate with hack/pin-image-deps.sh after changing either pyproject.toml.")
+print("# Runtime dependencies of tokenpilot and tokenpilot-lab pinned for the images; regenerate")
+print("# with hack/pin-image-deps.sh after changing either pyproject.toml's dependencies.")
 for name in sorted(seen):
     print(f"{name}=={seen[name]}")
 EOF

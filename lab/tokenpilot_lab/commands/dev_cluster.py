@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tokenpilot_lab.devcluster import build, cluster, paths, state
 from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.podrunner.runner import POD_MODES
 
 
 def _say(message: str) -> None:
@@ -43,6 +44,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--pod-cidr", help="pod IP range inside 127.0.0.0/8 (default: derived)")
     up.add_argument(
         "--no-pod-runner", action="store_true", help="leave every pod to kwok (no local processes)"
+    )
+    up.add_argument(
+        "--pod-mode",
+        choices=POD_MODES,
+        default="processes",
+        help="how the pod runner runs mapped pods: processes (the image map's local commands, "
+        "the default) or containers (a podman container of the pod's image when podman has it "
+        "locally, else the local command)",
     )
     for name, help_text in (
         ("down", "stop every process `up` started and remove the state directory"),
@@ -85,6 +94,7 @@ def _up(args: argparse.Namespace) -> int:
         apiserver_port=args.apiserver_port,
         pod_cidr=args.pod_cidr,
         pod_runner=not args.no_pod_runner,
+        pod_mode=args.pod_mode,
     )
     st = cluster.up(options, progress=_say)
     _say(f"API server {st.apiserver_url}; stop with `tokenpilot dev-cluster down --name {st.name}`")
@@ -105,10 +115,25 @@ def _status(args: argparse.Namespace) -> int:
     print(f"API server  {st.apiserver_url}  {'ready' if report.apiserver_ready else 'NOT READY'}")
     print(f"kubeconfig  {st.kubeconfig}")
     print(f"pod CIDR    {st.pod_cidr}")
+    print(f"pod mode    {_pod_mode_text(report)}")
     for ref in st.processes:
         state_text = "running" if report.running[ref.name] else "STOPPED"
         print(f"  {ref.name:<24} pid {ref.pid:<8} {state_text:<8} {ref.log}")
+    for name in report.containers:
+        print(f"  container {name}")
     return 0 if report.healthy else 1
+
+
+def _pod_mode_text(report: cluster.Status) -> str:
+    mode = report.state.pod_mode
+    if not mode:
+        return "none (no pod runner: every pod is a kwok fake)"
+    if mode == "processes":
+        return "processes (mapped images run as the image map's local commands)"
+    return (
+        f"containers (podman {report.podman_version}: a pod whose image podman has runs as a "
+        f"container of it, else as the local command; {len(report.containers)} running)"
+    )
 
 
 def _env(args: argparse.Namespace) -> int:

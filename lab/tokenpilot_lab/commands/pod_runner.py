@@ -1,4 +1,5 @@
-"""`tokenpilot pod-runner`: run mapped pod images as local processes (a tiny kubelet).
+"""`tokenpilot pod-runner`: run mapped pod images as local processes or as podman containers
+of their images (a tiny kubelet).
 
 `tokenpilot dev-cluster up` starts it as a cluster component; run it by hand only to debug it.
 """
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from tokenpilot_lab.devcluster import kube
 from tokenpilot_lab.devcluster.errors import DevClusterError
-from tokenpilot_lab.podrunner import imagemap
-from tokenpilot_lab.podrunner.runner import PodRunner, install_signal_handlers
+from tokenpilot_lab.podrunner import containers, imagemap
+from tokenpilot_lab.podrunner.runner import POD_MODES, PodRunner, install_signal_handlers
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +24,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ready-file", type=Path, help="written once the first pod list is in")
     parser.add_argument(
         "--children-file", type=Path, help="JSON list of running children (PID, start time)"
+    )
+    parser.add_argument(
+        "--pod-mode",
+        choices=POD_MODES,
+        default="processes",
+        help="processes: the image map's local commands; containers: a podman container of "
+        "the pod's image when podman has it locally, else the local command",
+    )
+    parser.add_argument(
+        "--cluster-id", default="", help="label value of this cluster's containers (its state dir)"
     )
 
 
@@ -38,8 +49,21 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from kubernetes import client
 
+    podman = None
+    if args.pod_mode == "containers":
+        if not containers.Podman.available():
+            print("error: --pod-mode containers needs podman on PATH", file=sys.stderr)
+            return 1
+        podman = containers.Podman()
     api = client.CoreV1Api(kube.api_client(args.kubeconfig))
-    runner = PodRunner(api, images, args.work_dir, children_file=args.children_file)
+    runner = PodRunner(
+        api,
+        images,
+        args.work_dir,
+        children_file=args.children_file,
+        podman=podman,
+        cluster_id=args.cluster_id,
+    )
     install_signal_handlers(runner)
     try:
         runner.run(ready_file=args.ready_file)

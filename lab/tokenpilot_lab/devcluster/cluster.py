@@ -44,6 +44,7 @@ from tokenpilot_lab.devcluster.errors import (
 )
 from tokenpilot_lab.devcluster.versions import KUBERNETES_VERSION
 from tokenpilot_lab.podrunner import imagemap
+from tokenpilot_lab.podrunner.containers import Podman
 
 Progress = Callable[[str], None]
 START_ATTEMPTS = 3
@@ -60,6 +61,9 @@ class UpOptions:
     apiserver_port: int | None = None
     pod_cidr: str | None = None
     pod_runner: bool = True
+    # "processes": the image map's local commands; "containers": podman containers of the
+    # pods' images where podman has them (else the local command). See podrunner.runner.
+    pod_mode: str = "processes"
     owner_pid: int | None = None  # see `sweep_orphans`
     timeouts: Timeouts = field(default_factory=Timeouts)
 
@@ -140,6 +144,11 @@ def up(options: UpOptions, progress: Progress = lambda _m: None) -> state.Cluste
     }
     pools = nodepools.load(options.node_pools)
     images = imagemap.load(options.image_map)
+    if options.pod_runner and options.pod_mode == "containers" and not Podman.available():
+        raise DevClusterError(
+            "--pod-mode containers needs podman: install it (hack/install-system-deps.sh, "
+            "docs/install.md) or use --pod-mode processes"
+        )
     for attempt in range(1, START_ATTEMPTS + 1):
         apiserver_port = ports.pick(options.apiserver_port, "kube-apiserver")
         if state_dir.exists():
@@ -199,6 +208,7 @@ def _start(
     st.apiserver_url = server
     st.kubeconfig = str(admin_kubeconfig)
     st.pod_cidr = options.pod_cidr or default_pod_cidr(d)
+    st.pod_mode = options.pod_mode if options.pod_runner else ""
     st.ports = {
         "kube-apiserver": apiserver_port,
         **{
@@ -233,6 +243,7 @@ def _start(
         kwok_config=kwok_config,
         image_map=image_map,
         python=sys.executable,
+        pod_mode=options.pod_mode,
     )
     launcher = _Launcher(st, progress)
     for spec in components.plan(layout, options.timeouts):
@@ -290,7 +301,17 @@ def _stop_all(st: state.ClusterState, progress: Progress) -> list[procs.ProcessR
         if procs.stop(ref):
             stopped.append(ref)
             progress(f"stopped pod process {ref.name} (pid {ref.pid})")
+    _remove_containers(st, progress)
     return stopped
+
+
+def _remove_containers(st: state.ClusterState, progress: Progress) -> None:
+    """Containers the pod runner started and did not remove (it was killed, or a `podman run`
+    was): found by the cluster's label, so none outlives `down`."""
+    if st.pod_mode != "containers" or not Podman.available():
+        return
+    for name in Podman().remove_cluster_containers(str(st.state_dir)):
+        progress(f"removed container {name}")
 
 
 def runner_children(state_dir: Path) -> list[procs.ProcessRef]:
@@ -349,6 +370,9 @@ class Status:
     state: state.ClusterState
     running: dict[str, bool]
     apiserver_ready: bool
+    # The containers mode: podman's version and the cluster's containers (names).
+    podman_version: str = ""
+    containers: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -366,7 +390,16 @@ def status(state_dir: Path) -> Status:
             ready = _https_ready(f"{st.apiserver_url}/readyz", ca, token)()
         except (httpx.HTTPError, OSError, ssl.SSLError):
             ready = False
-    return Status(state=st, running=running, apiserver_ready=ready)
+    if st.pod_mode != "containers":
+        return Status(state=st, running=running, apiserver_ready=ready)
+    podman = Podman() if Podman.available() else None
+    return Status(
+        state=st,
+        running=running,
+        apiserver_ready=ready,
+        podman_version=podman.version() if podman else "missing",
+        containers=tuple(podman.cluster_containers(str(state_dir))) if podman else (),
+    )
 
 
 def _admin_token(state_dir: Path) -> str | None:

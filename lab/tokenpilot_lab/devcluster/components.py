@@ -51,6 +51,7 @@ class Layout:
     kwok_config: Path
     image_map: Path | None  # None: no pod runner
     python: str
+    pod_mode: str = "processes"  # see podrunner.runner.POD_MODES
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ def plan(layout: Layout, timeouts: Timeouts) -> list[ProcessSpec]:
                     f"--work-dir={d / 'pods'}",
                     f"--ready-file={ready_file}",
                     f"--children-file={d / RUNNER_CHILDREN_FILE}",
+                    f"--pod-mode={layout.pod_mode}",
+                    f"--cluster-id={d}",
                 ],
                 ReadyCheck(file=ready_file),
                 timeouts.component_s,

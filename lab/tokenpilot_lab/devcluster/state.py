@@ -30,6 +30,8 @@ class ClusterState:
     apiserver_url: str = ""
     kubeconfig: str = ""
     pod_cidr: str = ""
+    # How the pod runner runs pods: "processes", "containers" (podman), or "" (no pod runner).
+    pod_mode: str = ""
     ports: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRef] = field(default_factory=list)
     # The process the cluster lives for (a test session, a demo run); once it is gone the
@@ -43,6 +45,7 @@ class ClusterState:
             "apiserverUrl": self.apiserver_url,
             "kubeconfig": self.kubeconfig,
             "podCIDR": self.pod_cidr,
+            "podMode": self.pod_mode,
             "ports": self.ports,
             "processes": [p.to_json() for p in self.processes],
             "owner": self.owner.to_json() if self.owner else None,
@@ -115,6 +118,7 @@ def load(state_dir: Path) -> ClusterState:
             apiserver_url=str(data.get("apiserverUrl", "")),
             kubeconfig=str(data.get("kubeconfig", "")),
             pod_cidr=str(data.get("podCIDR", "")),
+            pod_mode=str(data.get("podMode", "")),
             ports={str(k): int(v) for k, v in data.get("ports", {}).items()},
             processes=[ProcessRef.from_json(p) for p in data.get("processes", [])],
             owner=ProcessRef.from_json(data["owner"]) if data.get("owner") else None,

@@ -7,6 +7,11 @@ working once the pod is deleted, as a mounted one does) and writes a kubeconfig 
 API server URL and the cluster CA. The child gets that file in KUBECONFIG, so it has exactly the
 pod's RBAC: a verb missing from its Role fails here as it would on a real cluster.
 
+A pod run as a container (the `containers` pod mode) also gets the token, the CA and the
+namespace as the files a kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount. Both
+are readable by any user (0644, the kubelet's default mode for a projected token), so a
+container that runs as an unprivileged user can read them.
+
 Unlike a mounted token, the file is not rotated: clients read a kubeconfig once, so the token is
 issued for TOKEN_TTL_S and a restart of the container (or pod) gets a fresh one.
 """
@@ -14,6 +19,7 @@ issued for TOKEN_TTL_S and a restart of the container (or pod) gets a fresh one.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +60,17 @@ def token_request(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_pod_kubeconfig(api: Any, pod: dict[str, Any], path: Path) -> Path:
-    """Request a token for the pod's ServiceAccount and write a kubeconfig using it to `path`.
+@dataclass(frozen=True)
+class PodCredentials:
+    kubeconfig: Path
+    service_account_dir: Path  # token, ca.crt, namespace
+
+
+def write_pod_credentials(
+    api: Any, pod: dict[str, Any], path: Path, *, world_readable: bool = False
+) -> PodCredentials:
+    """Request a token for the pod's ServiceAccount; write a kubeconfig using it to `path` and
+    the kubelet's token files to `<path>.serviceaccount/`.
 
     `api` is the runner's CoreV1Api; the server URL and CA are the ones it connects with.
     """
@@ -83,4 +98,18 @@ def write_pod_kubeconfig(api: Any, pod: dict[str, Any], path: Path) -> Path:
         token=token,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    return kubeconfig.write(path, text)
+    kubeconfig.write(path, text)
+    account_dir = path.with_suffix(".serviceaccount")
+    account_dir.mkdir(exist_ok=True)
+    files = {
+        "token": token,
+        "ca.crt": Path(configuration.ssl_ca_cert).read_text(),
+        "namespace": meta["namespace"],
+    }
+    for name, content in files.items():
+        (account_dir / name).write_text(content)
+    mode = 0o644 if world_readable else 0o600
+    for file in (path, *(account_dir / name for name in files)):
+        file.chmod(mode)
+    account_dir.chmod(0o755 if world_readable else 0o700)
+    return PodCredentials(kubeconfig=path, service_account_dir=account_dir)

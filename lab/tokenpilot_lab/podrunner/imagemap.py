@@ -1,4 +1,5 @@
-"""The image-to-command mapping: which container images run as which local command.
+"""The image-to-command mapping: which container images run as which local command, and what
+is added to a pod's args when the image runs as a container of itself (`container_args`).
 
 Globs are translated to one anchored regular expression that both this module and kwok's stage
 templates (Go RE2) use, so the pod runner and kwok always agree on which pods are real.
@@ -25,8 +26,11 @@ class ImageRule(BaseModel):
 
     image: str = Field(min_length=1, description="glob over the full image reference")
     command: list[str] = Field(min_length=1)
+    # The container's args when the image runs as a container (host network, so a server must
+    # bind the pod IP): `{args}` is the pod's args. Default: the pod's args unchanged.
+    container_args: list[str] = Field(default_factory=lambda: ["{args}"])
 
-    @field_validator("command")
+    @field_validator("command", "container_args")
     @classmethod
     def _known_placeholders(cls, command: list[str]) -> list[str]:
         for word in command:
@@ -109,13 +113,26 @@ def render_command(
     python: str = sys.executable,
 ) -> list[str]:
     """The argv to run: `{args}` alone in a word splices the container args in."""
+    return _render(rule.command, args=args, pod_ip=pod_ip, port=port, python=python)
+
+
+def render_container_args(
+    rule: ImageRule, *, args: Sequence[str], pod_ip: str, port: int | None
+) -> list[str]:
+    """The args of the container, after the image's entrypoint."""
+    return _render(rule.container_args, args=args, pod_ip=pod_ip, port=port, python="python")
+
+
+def _render(
+    template: Sequence[str], *, args: Sequence[str], pod_ip: str, port: int | None, python: str
+) -> list[str]:
     values: Mapping[str, str] = {
         "{python}": python,
         "{pod_ip}": pod_ip,
         "{port}": "" if port is None else str(port),
     }
     argv: list[str] = []
-    for word in rule.command:
+    for word in template:
         if word == "{args}":
             argv.extend(args)
             continue

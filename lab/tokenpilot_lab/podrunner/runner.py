@@ -1,5 +1,6 @@
-"""The pod runner loop: watch pods, run mapped containers as local processes, probe them, and
-write what it sees into pod status.
+"""The pod runner loop: watch pods, run mapped containers as local processes (or, in the
+`containers` mode, as podman containers of their images when present), probe them, and write
+what it sees into pod status.
 
 Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
 the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
@@ -9,6 +10,11 @@ probes on their period and patches pod status when it changed. Each child runs i
 session and is recorded (PID plus start time) in the children file, so `dev-cluster down` can
 stop it even if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's
 ServiceAccount (see credentials.py) in KUBECONFIG, never the runner's own.
+
+Pod modes: `processes` runs every mapped container as the local command of the image map;
+`containers` runs it as a container of its image (containers.py) when podman has that image
+locally, and falls back to the local command when it does not. A container exits for good, and
+the pod reaches Succeeded or Failed, when its pod's restartPolicy says so; else it is restarted.
 """
 
 from __future__ import annotations
@@ -27,13 +33,21 @@ from pathlib import Path
 from typing import Any
 
 from tokenpilot_lab.devcluster import procs
-from tokenpilot_lab.podrunner import credentials, probes
-from tokenpilot_lab.podrunner.imagemap import ImageMap, expand_vars, render_command
+from tokenpilot_lab.podrunner import containers, credentials, probes
+from tokenpilot_lab.podrunner.imagemap import (
+    ImageMap,
+    ImageRule,
+    expand_vars,
+    render_command,
+    render_container_args,
+)
 from tokenpilot_lab.podrunner.status import ContainerState, status_patch
 from tokenpilot_lab.podrunner.termination import (
+    Stopper,
     Termination,
     grace_period_s,
     prestop_sleep_s,
+    signal_group,
 )
 
 log = logging.getLogger("tokenpilot.pod-runner")
@@ -48,6 +62,7 @@ SHUTDOWN_KILL_WAIT_S = 2.0
 CREDENTIALS_RETRY_S = 2.0
 # How long a terminating process may keep a pod IP that kwok has given to a new pod.
 IP_REUSE_GRACE_S = 2.0
+POD_MODES = ("processes", "containers")
 
 
 def _now_rfc3339() -> str:
@@ -73,6 +88,12 @@ class Workload:
     prestop_sleep_s: float = 0.0
     # The pod, when its process gets ServiceAccount credentials (None: automount is off).
     credentials_for: dict[str, Any] | None = None
+    # Set when the container runs as a podman container of its image (the containers mode).
+    container_run: ContainerStart | None = None
+    restart_policy: str = "Always"
+    terminated: bool = False  # exited, and the restart policy does not restart it
+    starts: int = 0
+    container_name: str | None = None  # the podman container of the current start
     proc: subprocess.Popen[bytes] | None = None
     ref: procs.ProcessRef | None = None
     started_at: str | None = None
@@ -92,12 +113,13 @@ class Workload:
         running = self.proc is not None and self.proc.poll() is None
         waiting_reason = None
         waiting_message = None
+        what = "container" if self.container_run is not None else "local process"
         if not running:
             if self.start_error:
                 waiting_reason, waiting_message = "RunContainerError", self.start_error
             elif self.restart_count:
                 waiting_reason = "CrashLoopBackOff"
-                waiting_message = f"local process exited with code {self.last_exit_code}"
+                waiting_message = f"{what} exited with code {self.last_exit_code}"
             else:
                 waiting_reason = "ContainerCreating"
         return ContainerState(
@@ -109,7 +131,20 @@ class Workload:
             waiting_message=waiting_message,
             last_exit_code=self.last_exit_code,
             last_finished_at=self.last_finished_at,
+            terminated=self.terminated,
+            container_id=f"podman://{self.container_name}" if self.container_name else None,
         )
+
+
+@dataclass(frozen=True)
+class ContainerStart:
+    """What a start of a pod's container as a podman container needs besides the Workload."""
+
+    pod: dict[str, Any]
+    container: dict[str, Any]
+    rule: ImageRule
+    command: list[str] | None
+    args: list[str]
 
 
 def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
@@ -148,12 +183,17 @@ class PodRunner:
         work_dir: Path,
         children_file: Path | None = None,
         python: str = sys.executable,
+        podman: containers.Podman | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.api = api
         self.images = images
         self.work_dir = work_dir
         self.children_file = children_file
         self.python = python
+        # None: the processes mode. Else containers of images podman has, labelled cluster_id.
+        self.podman = podman
+        self.cluster_id = cluster_id or str(work_dir)
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self.workloads: dict[tuple[str, str], Workload] = {}  # (uid, container) -> workload
         # uid -> the grace period of the pod's deletion, as first seen: kwok deletes the pod
@@ -251,13 +291,16 @@ class PodRunner:
         rule = self.images.rule_for(container["image"])
         assert rule is not None
         env = _container_env(pod, container)
-        argv = render_command(
-            rule,
-            args=[expand_vars(str(a), env) for a in container.get("args") or []],
-            pod_ip=pod_ip,
-            port=probes.container_port(container),
-            python=self.python,
-        )
+        args = [expand_vars(str(a), env) for a in container.get("args") or []]
+        port = probes.container_port(container)
+        argv = render_command(rule, args=args, pod_ip=pod_ip, port=port, python=self.python)
+        container_run = None
+        if self.podman is not None and self.podman.image_exists(container["image"]):
+            command = [expand_vars(str(c), env) for c in container.get("command") or []]
+            if not command:
+                args = render_container_args(rule, args=args, pod_ip=pod_ip, port=port)
+            container_run = ContainerStart(pod, container, rule, command or None, args)
+            argv = []  # made at each start: it carries that start's credentials and hosts
         name = f"{meta['namespace']}_{meta['name']}_{container['name']}"
         return Workload(
             namespace=meta["namespace"],
@@ -272,15 +315,21 @@ class PodRunner:
             spec_grace_s=grace_period_s({"spec": pod["spec"]}),
             prestop_sleep_s=prestop_sleep_s(container),
             credentials_for=pod if credentials.wants_token(pod) else None,
+            container_run=container_run,
+            restart_policy=str(pod["spec"].get("restartPolicy") or "Always"),
         )
 
     def _start(self, w: Workload, now_mono: float) -> None:
         # The runner's own KUBECONFIG is a cluster admin's: a child never inherits it.
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        pod_credentials = None
         if w.credentials_for is not None:
             try:
-                path = credentials.write_pod_kubeconfig(
-                    self.api, w.credentials_for, w.log_path.with_suffix(".kubeconfig")
+                pod_credentials = credentials.write_pod_credentials(
+                    self.api,
+                    w.credentials_for,
+                    w.log_path.with_suffix(".kubeconfig"),
+                    world_readable=w.container_run is not None,
                 )
             except credentials.CredentialsError as exc:
                 # As the kubelet does, the container is not started without its credentials.
@@ -288,13 +337,24 @@ class PodRunner:
                 w.start_error = str(exc)
                 w.restart_after_mono = now_mono + CREDENTIALS_RETRY_S
                 return
-            env["KUBECONFIG"] = str(path)
-        env.update(w.env)
+            if w.container_run is None:
+                env["KUBECONFIG"] = str(pod_credentials.kubeconfig)
+        # Each process starts in its own empty directory, as a container starts in its image.
+        workdir = w.log_path.with_suffix("")
+        workdir.mkdir(parents=True, exist_ok=True)
+        if w.container_run is None:
+            env.update(w.env)
+            w.container_name = None
+        else:
+            try:
+                w.argv = self._container_argv(w, workdir, pod_credentials)
+            except containers.ContainerSpecError as exc:
+                log.warning("%s/%s %s: %s", w.namespace, w.pod, w.container, exc)
+                w.start_error = str(exc)
+                w.restart_after_mono = now_mono + MAX_BACKOFF_S
+                return
         log.info("starting %s/%s %s: %s", w.namespace, w.pod, w.container, " ".join(w.argv))
         try:
-            # Each process starts in its own empty directory, as a container starts in its image.
-            workdir = w.log_path.with_suffix("")
-            workdir.mkdir(parents=True, exist_ok=True)
             w.proc, w.ref = procs.start(
                 f"{w.namespace}/{w.pod}/{w.container}", w.argv, w.log_path, env=env, cwd=workdir
             )
@@ -302,6 +362,7 @@ class PodRunner:
             w.start_error = str(exc)
             w.restart_after_mono = now_mono + MAX_BACKOFF_S
             return
+        w.starts += 1
         w.start_error = None
         w.started_at = _now_rfc3339()
         w.started_mono = now_mono
@@ -309,7 +370,56 @@ class PodRunner:
         w.successes = w.failures = 0
         w.next_probe_mono = now_mono + w.probe.initial_delay_s
 
+    def _container_argv(
+        self, w: Workload, workdir: Path, pod_credentials: credentials.PodCredentials | None
+    ) -> list[str]:
+        assert self.podman is not None and w.container_run is not None
+        start = w.container_run
+        namespace = w.namespace
+        with self.lock:
+            pods = list(self.pods.values())
+        response = self.api.list_namespaced_service(namespace, _preload_content=False)
+        services = json.loads(response.data)["items"]
+        name = containers.container_name(self.cluster_id, w.uid, w.container, w.starts)
+        run = containers.container_argv(
+            podman=self.podman.argv,
+            name=name,
+            cluster_id=self.cluster_id,
+            pod=start.pod,
+            container=start.container,
+            image=start.container["image"],
+            command=start.command,
+            args=start.args,
+            env=w.env,
+            mounts=containers.Mounts(
+                work_dir=workdir,
+                kubeconfig=pod_credentials.kubeconfig if pod_credentials else None,
+                service_account_dir=(
+                    pod_credentials.service_account_dir if pod_credentials else None
+                ),
+            ),
+            limits=self.podman.limits,
+            hosts=containers.service_hosts(namespace, services, pods),
+        )
+        containers.prepare_dirs(run.empty_dirs)
+        w.container_name = run.name
+        return run.argv
+
+    def _stopper(self, w: Workload) -> Stopper | None:
+        """podman's kill for a container; None (the process group) for a local process."""
+        if w.container_name is None or self.podman is None or w.proc is None:
+            return None
+        podman, name, proc = self.podman, w.container_name, w.proc
+
+        def kill() -> None:
+            podman.kill(name)
+            signal_group(proc, signal.SIGKILL)
+
+        return Stopper(term=lambda: podman.terminate(name), kill=kill)
+
     def _tick_workload(self, w: Workload, now_mono: float) -> None:
+        if w.terminated:
+            return
         if w.proc is None:
             holder = next((t for t in self.terminations if t.pod_ip == w.pod_ip), None)
             if holder is not None:
@@ -329,11 +439,14 @@ class PodRunner:
             w.ready = False
             w.last_exit_code = code
             w.last_finished_at = _now_rfc3339()
+            self._save_children()
+            if w.restart_policy == "Never" or (w.restart_policy == "OnFailure" and code == 0):
+                w.terminated = True
+                return
             w.restart_count += 1
             # The kubelet's back-off: 10 s doubling to 5 min; shorter here, same shape.
             delay = min(MAX_BACKOFF_S, 1.0 * 2 ** (w.restart_count - 1))
             w.restart_after_mono = now_mono + delay
-            self._save_children()
             return
         if now_mono < w.next_probe_mono:
             return
@@ -364,6 +477,7 @@ class PodRunner:
                     now_mono=now_mono,
                     prestop_sleep_s=w.prestop_sleep_s,
                     pod_ip=w.pod_ip,
+                    stopper=self._stopper(w),
                 )
             )
         w.proc = None

@@ -1,9 +1,11 @@
 """Pure: from a pod and what the runner observed of its local processes, the status patch.
 
 The patch carries the Ready and ContainersReady conditions and the full containerStatuses list
-(the API replaces that list as a whole). Containers the runner does not run keep the status kwok
-gave them. A condition keeps its lastTransitionTime unless its status flips, and no patch is
-produced when nothing changed, so a steady pod costs no writes.
+(the API replaces that list as a whole); once every container of a pod that is not restarted
+has exited (restartPolicy Never, or OnFailure after a success), it also carries the pod's final
+phase, Succeeded or Failed, as a kubelet reports it. Containers the runner does not run keep
+the status kwok gave them. A condition keeps its lastTransitionTime unless its status flips, and
+no patch is produced when nothing changed, so a steady pod costs no writes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ class ContainerState:
     waiting_message: str | None = None
     last_exit_code: int | None = None
     last_finished_at: str | None = None
+    # Exited for good: the pod's restartPolicy does not restart it.
+    terminated: bool = False
+    # `podman://<name>` for a container; None for a local process.
+    container_id: str | None = None
 
 
 def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, Any]:
@@ -35,6 +41,17 @@ def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, A
         "started": obs.running,
         "restartCount": obs.restart_count,
     }
+    if obs.container_id is not None:
+        entry["containerID"] = obs.container_id
+    if obs.terminated and obs.last_exit_code is not None:
+        entry["state"] = {
+            "terminated": {
+                "exitCode": obs.last_exit_code,
+                "reason": "Completed" if obs.last_exit_code == 0 else "Error",
+                "finishedAt": obs.last_finished_at,
+            }
+        }
+        return entry
     if obs.running:
         entry["state"] = {"running": {"startedAt": obs.started_at}}
     else:
@@ -93,12 +110,23 @@ def status_patch(
     unchanged = all(_is_subset(s, existing.get(s["name"])) for s in statuses) and all(
         _is_subset(_sans_time(c), by_type.get(t)) for t, c in wanted.items()
     )
-    if unchanged:
+    phase = final_phase(observed) if len(observed) == len(spec_containers) else None
+    if unchanged and (phase is None or status.get("phase") == phase):
         return None
     # The whole list goes out, so the patch means the same under merge and strategic merge.
     conditions = [wanted.get(c.get("type"), c) for c in current_conditions]
     conditions += [c for t, c in wanted.items() if t not in by_type]
-    return {"status": {"conditions": conditions, "containerStatuses": statuses}}
+    patch: dict[str, Any] = {"conditions": conditions, "containerStatuses": statuses}
+    if phase is not None:
+        patch["phase"] = phase
+    return {"status": patch}
+
+
+def final_phase(observed: Mapping[str, ContainerState]) -> str | None:
+    """Succeeded or Failed once every container has exited for good; else None."""
+    if not observed or not all(o.terminated for o in observed.values()):
+        return None
+    return "Succeeded" if all(o.last_exit_code == 0 for o in observed.values()) else "Failed"
 
 
 def _is_ready(name: str, statuses: list[dict[str, Any]]) -> bool:

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,23 @@ def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
+@dataclass(frozen=True)
+class Stopper:
+    """How to deliver SIGTERM and SIGKILL to what a process runs: its process group by default;
+    for a container, podman's kill and forced remove (SIGKILL to `podman run` alone would leave
+    the container running)."""
+
+    term: Callable[[], None]
+    kill: Callable[[], None]
+
+    @classmethod
+    def process_group(cls, proc: subprocess.Popen[bytes]) -> Stopper:
+        return cls(
+            term=lambda: signal_group(proc, signal.SIGTERM),
+            kill=lambda: signal_group(proc, signal.SIGKILL),
+        )
+
+
 @dataclass
 class Termination:
     """One process on its way out: SIGTERM at `term_at_mono` (after the preStop sleep), SIGKILL
@@ -71,6 +89,7 @@ class Termination:
     kill_at_mono: float
     term_at_mono: float = 0.0
     pod_ip: str = ""  # the address the process serves on, until it exits
+    stopper: Stopper | None = None  # None: the process group
     termed: bool = False
     killed: bool = False
 
@@ -85,6 +104,7 @@ class Termination:
         now_mono: float,
         prestop_sleep_s: float = 0.0,
         pod_ip: str = "",
+        stopper: Stopper | None = None,
     ) -> Termination:
         # A kubelet runs the hook inside the grace period: a sleep longer than it is cut short.
         sleep_s = min(prestop_sleep_s, grace_s)
@@ -104,6 +124,7 @@ class Termination:
             kill_at_mono=now_mono + grace_s,
             term_at_mono=now_mono + sleep_s,
             pod_ip=pod_ip,
+            stopper=stopper,
         )
         termination.step(now_mono)
         return termination
@@ -114,8 +135,9 @@ class Termination:
         if code is not None:
             log.info("%s exited with %s", self.label, code)
             return True
+        stopper = self.stopper or Stopper.process_group(self.proc)
         if not self.termed and now_mono >= self.term_at_mono:
-            signal_group(self.proc, signal.SIGTERM)
+            stopper.term()
             self.termed = True
         if not self.killed and now_mono >= self.kill_at_mono:
             log.info(
@@ -124,7 +146,7 @@ class Termination:
                 self.proc.pid,
                 self.grace_s,
             )
-            signal_group(self.proc, signal.SIGKILL)
+            stopper.kill()
             self.killed = True
         return False
 
