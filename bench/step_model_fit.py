@@ -38,7 +38,7 @@ import yaml
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.roofline import PrefillChunk, StepWork, attention_pairs, step_work
+from tokenpilot.core.roofline import PrefillChunk, StepWork, step_totals, step_work
 from tokenpilot.core.steptime import (
     DEFAULT_INTERCONNECT_GBPS,
     LINK_EFFICIENCY,
@@ -263,15 +263,12 @@ def point_terms(point: Point, profile: GPUProfile) -> list[StepTerms]:
     bytes_s = 1 / (profile.hbm_bandwidth_gbps * 1e9)
     terms = []
     for num_decodes, context, chunks in point.steps():
-        num_tokens = num_decodes + sum(c.num_new_tokens for c in chunks)
-        kv_read = context + sum(c.num_computed_tokens for c in chunks)
+        num_tokens, pairs, kv_read = step_totals(num_decodes, context, chunks)
         terms.append(
             StepTerms(
                 linear_compute_s=work.flops_per_token * num_tokens * flops_s,
                 linear_memory_s=work.weight_bytes * bytes_s,
-                attention_compute_s=work.flops_per_pair
-                * attention_pairs(context, chunks)
-                * flops_s,
+                attention_compute_s=work.flops_per_pair * pairs * flops_s,
                 attention_memory_s=work.kv_bytes_per_token * (kv_read + num_tokens) * bytes_s,
                 num_allreduces=work.num_allreduces,
                 transfer_s=work.num_allreduces * work.allreduce_bytes_per_token * num_tokens / link,

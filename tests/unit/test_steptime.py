@@ -217,7 +217,7 @@ def test_a_small_chunk_rides_in_the_weight_read_and_a_large_one_pays_its_arithme
         model.parameters.compute_efficiency.value * model.peak_tflops * 1e12
     )
     small = model.iteration_s(32, 32 * 1024, [PrefillChunk(64)]) - decode_s
-    assert small < 0.5 * 64 * arithmetic_s
+    assert small < 0.6 * 64 * arithmetic_s
     large = model.iteration_s(32, 32 * 1024, [PrefillChunk(8193)]) - model.iteration_s(
         32, 32 * 1024, [PrefillChunk(8192)]
     )
