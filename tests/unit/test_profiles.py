@@ -213,9 +213,15 @@ def test_every_builtin_measurement_is_physically_possible(profile: GPUProfile) -
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("computeEfficiency: {value: 0.53", "computeEfficiency: {value: 1.2", ["not below 1"]),
+        ("computeEfficiency: {value: 0.51", "computeEfficiency: {value: 1.2", ["not below 1"]),
         ("basis: fitted", "basis: guessed", ["stepModel.computeEfficiency.basis"]),
-        ("overheadMs: {value: 0.8", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
+        ("overheadMs: {value: 0.7", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
+        ("overlapExponent: {value: 1.6", "overlapExponent: {value: 0.5", ["is below 1"]),
+        (
+            "  overlapExponent: {value: 1.6",
+            "  unusedExponent: {value: 1.6",
+            ["stepModel.overlapExponent: missing", "stepModel.unusedExponent"],
+        ),
     ],
 )
 def test_bad_step_model_names_the_field(old: str, new: str, expected: list[str]):
@@ -233,6 +239,7 @@ def test_every_builtin_step_model_parameter_names_its_basis_and_data():
         for value in (
             params.compute_efficiency,
             params.bandwidth_efficiency,
+            params.overlap_exponent,
             params.overhead_ms,
             params.all_reduce_latency_us,
         ):

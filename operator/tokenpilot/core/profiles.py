@@ -8,9 +8,10 @@ refused with a message that names the file, the field and the fix.
 
 A profile has three parts:
   - the datasheet (memory, peak bandwidth, dense BF16 FLOPS, interconnect) and the price;
-  - `stepModel`: the step-time model's parameters (compute and bandwidth efficiency, per-step
-    overhead, all-reduce latency), each with its basis (fitted, inherited, default) and the data
-    it came from, so a calibration run can write its own fit with its provenance;
+  - `stepModel`: the step-time model's parameters (compute and bandwidth efficiency, the
+    overlap exponent of the smooth roofline, per-step overhead, all-reduce latency), each with
+    its basis (fitted, inherited, default) and the data it came from, so a calibration run can
+    write its own fit with its provenance;
   - `measured`: step times measured on the SKU, with provenance, and the prefill threshold the
     tuner never exceeds. A measurement faster than the datasheet allows (its physical floor,
     `tokenpilot.core.roofline`) is refused with the file, the cell and the floor: no GPU can
@@ -164,6 +165,11 @@ class StepModelParameters(ApiModel):
     bandwidth_efficiency: FittedValue = Field(
         description="Achieved fraction of the datasheet memory bandwidth, below 1."
     )
+    overlap_exponent: FittedValue = Field(
+        description="p of the smooth roofline each kernel group is priced at, "
+        "(compute**p + memory**p)**(1/p): 1 adds the two (no overlap), larger values approach "
+        "the larger of the two (full overlap); at least 1."
+    )
     overhead_ms: FittedValue = Field(description="Fixed cost of a step (scheduling, launches).")
     all_reduce_latency_us: FittedValue = Field(
         description="Fixed cost of one tensor-parallel all-reduce."
@@ -179,6 +185,17 @@ class StepModelParameters(ApiModel):
             raise ValueError(
                 f"{value.value} is not below 1: an efficiency is achieved over the datasheet "
                 f"peak, and no kernel reaches the peak; write the fraction, e.g. 0.55"
+            )
+        return value
+
+    @field_validator("overlap_exponent")
+    @classmethod
+    def _at_least_one(cls, value: FittedValue) -> FittedValue:
+        if value.value < 1:
+            raise ValueError(
+                f"{value.value} is below 1: a kernel group cannot take longer than its compute "
+                f"and memory times added (p = 1); write 1 for no overlap, or the fitted value, "
+                f"e.g. 1.6"
             )
         return value
 
