@@ -566,6 +566,7 @@ class SeqsSource(StrEnum):
     spec = "Spec"  # the spec's integer
     vllm_default = "VllmDefault"  # vLLM's own cap
     token_budget = "TokenBudget"  # the spec's token budget, smaller than vLLM's cap
+    itl = "Itl"  # vLLM's cap lowered: its smallest budget (max_num_seqs tokens) breaks the ITL
 
 
 class BudgetBound(ApiModel):
