@@ -21,7 +21,7 @@ from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepTimeModel
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import ServedModel, running
-from tokenpilot_lab.probe import (
+from tokenpilot.adapters.interference import (
     ProbeResult,
     ProbeSettings,
     format_heatmap,

@@ -1,4 +1,6 @@
-"""The interference probe: how much a burst of prefills slows the decode streams beside it.
+"""The interference protocol against an OpenAI-compatible engine: how much a burst of prefills
+slows the decode streams beside it. `tokenpilot calibrate` and the lab's `tokenpilot probe` both
+measure through it.
 
 The protocol of the interference study, against any OpenAI-compatible endpoint:
   1. PRIME     start `num_decode` streaming completions and wait until each has a token, then
