@@ -75,9 +75,11 @@ class Step:
 
 
 def _bursts(size: GridSize, room: int) -> list[tuple[int, int, BurstKind]]:
-    under = [(1, min(64, room), BurstKind.under), (2, room // 2, BurstKind.under)]
+    # One prompt filling the room is the step a threshold describes (one chunk beside the
+    # decodes); on a memory-bound card it is the only step whose compute shows at all.
+    under = [(1, min(64, room), BurstKind.under), (1, room, BurstKind.under)]
     if size is GridSize.full:
-        under.append((1, room // 4, BurstKind.under))
+        under += [(2, room // 2, BurstKind.under), (1, room // 4, BurstKind.under)]
     return [*under, (OVER_BUDGET_PROMPTS, room, BurstKind.over)]
 
 
