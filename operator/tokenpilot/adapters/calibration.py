@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from tokenpilot.adapters.interference import ProbeError, ProbeSettings, run_probe
+from tokenpilot.adapters.interference import SNAPSHOT_TIME, ProbeError, ProbeSettings, run_probe
 from tokenpilot.core.calibration.derive import PointResult
 from tokenpilot.core.calibration.grid import DECODE_HEADROOM_TOKENS, GridPoint
 
@@ -106,15 +106,73 @@ async def measure_grid(
                 info.max_model_len - point.context_tokens - 8, DECODE_HEADROOM_TOKENS
             ),
             request_timeout_s=windows.request_timeout_s,
+            snapshot_metrics=True,
         )
         probe = await run_probe(settings)
+        baseline_s, mixed_s = probe.baseline_ms / 1e3, probe.mixed_ms / 1e3
+        if not probe.engine_stamped:
+            baseline_s, mixed_s = engine_timings(probe.metrics, point.num_prefill) or (
+                baseline_s,
+                mixed_s,
+            )
         result = PointResult(
             point=point,
-            baseline_s=probe.baseline_ms / 1e3,
-            mixed_s=probe.mixed_ms / 1e3,
+            baseline_s=baseline_s,
+            mixed_s=mixed_s,
             num_mixed_steps=probe.num_mixed_iterations,
             decode_context_tokens=probe.decode_context_tokens,
         )
         on_point(point, result)
         results.append(result)
     return results
+
+
+# One observation per engine step (the tokens it computed).
+STEPS_HISTOGRAM = "vllm:iteration_tokens_total"
+PREFILL_HISTOGRAM = "vllm:request_prefill_time_seconds"
+
+
+def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of a histogram over all its series."""
+    total, count = 0.0, 0.0
+    for line in metrics_text.splitlines():
+        for suffix in ("_sum", "_count"):
+            if line.startswith(name + suffix) and line[len(name) + len(suffix)] in "{ ":
+                value = float(line.rsplit(" ", 1)[1])
+                if suffix == "_sum":
+                    total += value
+                else:
+                    count += value
+    return total, count
+
+
+def engine_timings(snapshots: dict[str, str], num_prefill: int) -> tuple[float, float] | None:
+    """(decode step, burst step) in the engine's own time, from its /metrics, for an engine
+    whose chunks carry no time stamps (real vLLM): arrival times at a client on a busy machine
+    bunch tokens together, the engine's histograms do not.
+
+    The decode step is the baseline's wall time over the engine steps it ran (the step
+    histogram's count): every step then is a decode step and the engine never idles. vLLM's
+    inter-token latency is not used: its front end stamps it, and a busy front end that takes
+    several steps' tokens at once stretches it. The burst step is the mean prefill time of the
+    burst's requests, vLLM's time from a request's first scheduling to its first token: each
+    prompt of the grid's bursts is scheduled in one step and finished by it (one prompt filling
+    the room, or four each filling one step), so that is the mean of the steps that carried it.
+    None when a snapshot is missing or the counts are not the burst's."""
+    if not {"baseline", "burst", "after"} <= snapshots.keys():
+        return None
+    _, steps0 = histogram_totals(snapshots["baseline"], STEPS_HISTOGRAM)
+    _, steps1 = histogram_totals(snapshots["burst"], STEPS_HISTOGRAM)
+    pre_sum0, pre_count0 = histogram_totals(snapshots["burst"], PREFILL_HISTOGRAM)
+    pre_sum1, pre_count1 = histogram_totals(snapshots["after"], PREFILL_HISTOGRAM)
+    if steps1 <= steps0 or round(pre_count1 - pre_count0) != num_prefill:
+        return None
+    elapsed_s = _taken(snapshots["burst"]) - _taken(snapshots["baseline"])
+    return (elapsed_s / (steps1 - steps0), (pre_sum1 - pre_sum0) / (pre_count1 - pre_count0))
+
+
+def _taken(snapshot: str) -> float:
+    first = snapshot.split("\n", 1)[0]
+    if not first.startswith(SNAPSHOT_TIME):
+        raise ValueError("a /metrics snapshot without its time")
+    return float(first.removeprefix(SNAPSHOT_TIME))
