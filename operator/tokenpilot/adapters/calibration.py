@@ -111,7 +111,9 @@ async def measure_grid(
         probe = await run_probe(settings)
         baseline_s, mixed_s = probe.baseline_ms / 1e3, probe.mixed_ms / 1e3
         if not probe.engine_stamped:
-            baseline_s, mixed_s = engine_timings(probe.metrics, point.num_prefill) or (
+            baseline_s, mixed_s = engine_timings(
+                probe.metrics, point.num_decode, point.num_prefill
+            ) or (
                 baseline_s,
                 mixed_s,
             )
@@ -127,8 +129,8 @@ async def measure_grid(
     return results
 
 
-# One observation per engine step (the tokens it computed).
-STEPS_HISTOGRAM = "vllm:iteration_tokens_total"
+# Tokens the engine generated: each decode step gives every running decode one.
+TOKENS_COUNTER = "vllm:generation_tokens_total"
 PREFILL_HISTOGRAM = "vllm:request_prefill_time_seconds"
 
 
@@ -146,13 +148,25 @@ def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:
     return total, count
 
 
-def engine_timings(snapshots: dict[str, str], num_prefill: int) -> tuple[float, float] | None:
+def counter_total(metrics_text: str, name: str) -> float:
+    """A counter's value summed over its series."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_text.splitlines()
+        if line.startswith(name) and line[len(name)] in "{ "
+    )
+
+
+def engine_timings(
+    snapshots: dict[str, str], num_decode: int, num_prefill: int
+) -> tuple[float, float] | None:
     """(decode step, burst step) in the engine's own time, from its /metrics, for an engine
     whose chunks carry no time stamps (real vLLM): arrival times at a client on a busy machine
     bunch tokens together, the engine's histograms do not.
 
-    The decode step is the baseline's wall time over the engine steps it ran (the step
-    histogram's count): every step then is a decode step and the engine never idles. vLLM's
+    The decode step is the baseline's wall time over the steps the engine ran in it, counted
+    as the tokens it generated over the decodes (each decode step gives every decode one):
+    every step then is a decode step and the engine never idles. vLLM's
     inter-token latency is not used: its front end stamps it, and a busy front end that takes
     several steps' tokens at once stretches it. The burst step is the mean prefill time of the
     burst's requests, vLLM's time from a request's first scheduling to its first token: each
@@ -161,14 +175,15 @@ def engine_timings(snapshots: dict[str, str], num_prefill: int) -> tuple[float, 
     None when a snapshot is missing or the counts are not the burst's."""
     if not {"baseline", "burst", "after"} <= snapshots.keys():
         return None
-    _, steps0 = histogram_totals(snapshots["baseline"], STEPS_HISTOGRAM)
-    _, steps1 = histogram_totals(snapshots["burst"], STEPS_HISTOGRAM)
+    tokens0 = counter_total(snapshots["baseline"], TOKENS_COUNTER)
+    tokens1 = counter_total(snapshots["burst"], TOKENS_COUNTER)
     pre_sum0, pre_count0 = histogram_totals(snapshots["burst"], PREFILL_HISTOGRAM)
     pre_sum1, pre_count1 = histogram_totals(snapshots["after"], PREFILL_HISTOGRAM)
-    if steps1 <= steps0 or round(pre_count1 - pre_count0) != num_prefill:
+    if tokens1 <= tokens0 or round(pre_count1 - pre_count0) != num_prefill:
         return None
     elapsed_s = _taken(snapshots["burst"]) - _taken(snapshots["baseline"])
-    return (elapsed_s / (steps1 - steps0), (pre_sum1 - pre_sum0) / (pre_count1 - pre_count0))
+    steps = (tokens1 - tokens0) / num_decode
+    return (elapsed_s / steps, (pre_sum1 - pre_sum0) / (pre_count1 - pre_count0))
 
 
 def _taken(snapshot: str) -> float:
