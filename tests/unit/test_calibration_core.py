@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.adapters.profiles import load_builtin_catalog, parse_configmap_data
 from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.calibration.derive import (
     Datasheet,
@@ -23,7 +23,7 @@ from tokenpilot.core.calibration.derive import (
 from tokenpilot.core.calibration.fit import FitError, fit_step_rates
 from tokenpilot.core.calibration.grid import BurstKind, GridSize, burst_steps, plan_grid
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import GPUProfile, parse_profile, profile_yaml
+from tokenpilot.core.profiles import GPUProfile, merge_catalogs, parse_profile, profile_yaml
 from tokenpilot.core.roofline import PrefillChunk, step_work
 from tokenpilot.core.steptime import StepTimeModel, step_time_model
 
@@ -237,3 +237,19 @@ def test_too_few_observations_cannot_be_fitted() -> None:
     results = measure(hidden, GridSize.quick)[:2]
     with pytest.raises(FitError, match="measure more points"):
         fit_step_rates(WORK, observations(results, BUDGET))
+
+
+def test_a_calibrated_profile_in_the_configmap_wins_over_the_built_in() -> None:
+    hidden = step_time_model(hidden_profile("H100-80GB", 0.3, 0.5, 2.0, 1.5), SHAPE)
+    results = measure(hidden, GridSize.quick)
+    fit = fit_step_rates(WORK, observations(results, BUDGET))
+    calibrated = build_profile(
+        fit, results, SHAPE, identity(CATALOG.get("H100-80GB"), "H100-80GB"), BUDGET
+    )
+    merged = merge_catalogs(
+        CATALOG, parse_configmap_data({"h100.yaml": profile_yaml(calibrated)}, "ns/gpu-profiles")
+    ).get("NVIDIA-H100-80GB-HBM3")
+    assert merged.calibration is not None
+    model = step_time_model(merged, SHAPE)
+    assert "measured by tokenpilot calibrate" in model.describe()
+    assert model.decode_step_s(32, 1024) == pytest.approx(hidden.decode_step_s(32, 1024), rel=0.01)
