@@ -107,6 +107,10 @@ class Workload:
     failures: int = 0
     ready: bool = False
     start_error: str | None = None
+    # Where the local process writes its termination message (its terminationMessagePath,
+    # rewritten in its args: a local process cannot write /dev/termination-log).
+    termination_file: Path | None = None
+    termination_message: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def container_state(self) -> ContainerState:
@@ -132,6 +136,7 @@ class Workload:
             last_exit_code=self.last_exit_code,
             last_finished_at=self.last_finished_at,
             terminated=self.terminated,
+            termination_message=self.termination_message,
             container_id=f"podman://{self.container_name}" if self.container_name else None,
         )
 
@@ -173,6 +178,19 @@ def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, 
                 var.get("name"),
             )
     return env
+
+
+# A kubelet's default terminationMessagePath, and the most of it it reports.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_MAX_BYTES = 4096
+
+
+def _termination_message(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    with path.open("rb") as f:
+        data = f.read(TERMINATION_MESSAGE_MAX_BYTES)
+    return data.decode(errors="replace") or None
 
 
 class PodRunner:
@@ -302,6 +320,9 @@ class PodRunner:
             container_run = ContainerStart(pod, container, rule, command or None, args)
             argv = []  # made at each start: it carries that start's credentials and hosts
         name = f"{meta['namespace']}_{meta['name']}_{container['name']}"
+        termination_path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
+        termination_file = self.work_dir / f"{name}.termination-log"
+        argv = [str(termination_file) if a == termination_path else a for a in argv]
         return Workload(
             namespace=meta["namespace"],
             pod=meta["name"],
@@ -317,6 +338,7 @@ class PodRunner:
             credentials_for=pod if credentials.wants_token(pod) else None,
             container_run=container_run,
             restart_policy=str(pod["spec"].get("restartPolicy") or "Always"),
+            termination_file=termination_file if container_run is None else None,
         )
 
     def _start(self, w: Workload, now_mono: float) -> None:
@@ -345,6 +367,8 @@ class PodRunner:
         if w.container_run is None:
             env.update(w.env)
             w.container_name = None
+            if w.termination_file is not None:
+                w.termination_file.unlink(missing_ok=True)  # a message is of its own start
         else:
             try:
                 w.argv = self._container_argv(w, workdir, pod_credentials)
@@ -439,6 +463,7 @@ class PodRunner:
             w.ready = False
             w.last_exit_code = code
             w.last_finished_at = _now_rfc3339()
+            w.termination_message = _termination_message(w.termination_file)
             self._save_children()
             if w.restart_policy == "Never" or (w.restart_policy == "OnFailure" and code == 0):
                 w.terminated = True

@@ -29,6 +29,7 @@ class ContainerState:
     last_finished_at: str | None = None
     # Exited for good: the pod's restartPolicy does not restart it.
     terminated: bool = False
+    termination_message: str | None = None  # what the container wrote to its message path
     # `podman://<name>` for a container; None for a local process.
     container_id: str | None = None
 
@@ -44,13 +45,14 @@ def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, A
     if obs.container_id is not None:
         entry["containerID"] = obs.container_id
     if obs.terminated and obs.last_exit_code is not None:
-        entry["state"] = {
-            "terminated": {
-                "exitCode": obs.last_exit_code,
-                "reason": "Completed" if obs.last_exit_code == 0 else "Error",
-                "finishedAt": obs.last_finished_at,
-            }
+        terminated = {
+            "exitCode": obs.last_exit_code,
+            "reason": "Completed" if obs.last_exit_code == 0 else "Error",
+            "finishedAt": obs.last_finished_at,
         }
+        if obs.termination_message:
+            terminated["message"] = obs.termination_message
+        entry["state"] = {"terminated": terminated}
         return entry
     if obs.running:
         entry["state"] = {"running": {"startedAt": obs.started_at}}

@@ -43,6 +43,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAMESPACE/NAME",
         help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
     )
+    parser.add_argument(
+        "--calibration-image",
+        default="ghcr.io/tokenpilot/operator:latest",
+        metavar="IMAGE",
+        help="image of the calibration Jobs (the operator's own; the chart sets it)",
+    )
+    parser.add_argument(
+        "--calibration-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument of the Jobs' `tokenpilot calibrate` (repeatable)",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -68,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
                 metrics_port=args.metrics_port,
                 metrics_address=args.metrics_address,
                 gpu_profiles_configmap=args.gpu_profiles_configmap,
+                calibration_image=args.calibration_image,
+                calibration_args=tuple(args.calibration_arg),
             )
         )
     except (KubeError, TokenPilotError) as exc:

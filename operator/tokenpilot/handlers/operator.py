@@ -17,10 +17,12 @@ from typing import Any
 import kopf
 
 from tokenpilot.adapters.kube import connect
+from tokenpilot.adapters.kube.calibration import MeasuredProfiles
 from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
-from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
+from tokenpilot.core.calibration.cluster import JobSettings
+from tokenpilot.handlers import calibration, llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.autoscaler import AutoscalerConfig
 from tokenpilot.handlers.reconcile import Runtime
 
@@ -57,15 +59,19 @@ class OperatorConfig:
     metrics_port: int | None = None  # the operator's own /metrics; None: not served
     metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
+    # The calibration Job's image (the operator's own) and extra `tokenpilot calibrate` args.
+    calibration_image: str = "ghcr.io/tokenpilot/operator:latest"
+    calibration_args: tuple[str, ...] = ()
 
 
-def build_runtime(config: OperatorConfig) -> Runtime:
+def build_runtime(config: OperatorConfig, measured: MeasuredProfiles) -> Runtime:
     client = connect(config.kubeconfig)
     catalog = load_catalog_from_cluster(client, config.gpu_profiles_configmap)
+    measured.load(client)
     return Runtime(
         client=client,
-        by_name=catalog.get,
-        by_product=catalog.by_product_label,
+        by_name=measured.over(catalog.get),
+        by_product=measured.over(catalog.by_product_label),
         service_monitor_served=service_monitor_served(client),
         namespaces=tuple(config.namespaces),
         resync_interval_s=config.resync_interval_s,
@@ -80,7 +86,9 @@ def operate(
     ready_flag: threading.Event | None = None,
 ) -> None:
     """Run the operator in this thread until `stop_flag` is set (or forever)."""
-    runtime = build_runtime(config)
+    # Measured profiles live beside the profiles ConfigMap (docs/calibration.md).
+    measured = MeasuredProfiles((config.gpu_profiles_configmap or "").partition("/")[0] or None)
+    runtime = build_runtime(config, measured)
     asyncio.run(
         kopf.operator(
             standalone=True,
@@ -90,6 +98,10 @@ def operate(
                 runtime=runtime,
                 autoscaler_config=AutoscalerConfig(
                     metrics_port=config.metrics_port, metrics_address=config.metrics_address
+                ),
+                calibration=calibration.CalibrationRuntime(
+                    measured,
+                    JobSettings(config.calibration_image, extra_args=config.calibration_args),
                 ),
             ),
             stop_flag=stop_flag,
