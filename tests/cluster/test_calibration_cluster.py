@@ -86,8 +86,20 @@ def calibration_state(client: KubeClient, namespace: str) -> str:
     return repr(
         {
             "condition": condition(client, namespace, "Calibrating"),
+            "calibration": status(client, namespace).get("calibration"),
+            "budget": (status(client, namespace).get("tuning") or {}).get("maxNumBatchedTokens"),
+            "engines": [
+                (p["metadata"]["name"], p["spec"]["containers"][0].get("args"), p.get("status"))
+                for p in client.request(
+                    "GET",
+                    f"/api/v1/namespaces/{namespace}/pods",
+                    query={"labelSelector": f"serving.tokenpilot.dev/llmservice={NAME}"},
+                )["items"]
+            ],
             "jobs": [j.get("status") for j in jobs(client, namespace)],
-            "pods": [(p["spec"].get("nodeName"), p.get("status")) for p in job_pods(client, namespace)],
+            "pods": [
+                (p["spec"].get("nodeName"), p.get("status")) for p in job_pods(client, namespace)
+            ],
         }
     )
 
@@ -158,9 +170,12 @@ def test_auto_calibration_measures_once_and_retunes(
             body={"metadata": {"annotations": {RECALIBRATE_ANNOTATION: "1"}}},
             content_type="application/merge-patch+json",
         )
-        eventually(
-            lambda: len(jobs(client, namespace)) == 2, timeout_s=60, what="a second Job"
-        )
+
+        def second_job() -> bool:
+            assert len(jobs(client, namespace)) == 2, calibration_state(client, namespace)
+            return True
+
+        eventually(second_job, timeout_s=60, what="a second Job")
 
         def answered() -> dict[str, Any] | None:
             found = status(client, namespace).get("calibration") or {}

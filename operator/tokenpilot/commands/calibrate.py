@@ -33,6 +33,7 @@ from tokenpilot.adapters.interference import ProbeError
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.commands.plan import _shape as read_model_shape
+from tokenpilot.core.calibration.cluster import RESULT_MAX_BYTES, encode_result
 from tokenpilot.core.calibration.derive import (
     DEFAULT_MAX_ERROR,
     Datasheet,
@@ -42,7 +43,6 @@ from tokenpilot.core.calibration.derive import (
     observations,
     refusals,
 )
-from tokenpilot.core.calibration.cluster import RESULT_MAX_BYTES, encode_result
 from tokenpilot.core.calibration.fit import FitError, StepFit, fit_step_rates
 from tokenpilot.core.calibration.grid import GridPoint, GridSize, plan_grid
 from tokenpilot.core.errors import TokenPilotError

@@ -49,7 +49,9 @@ class BatchingDecision:
     @property
     def reason(self) -> str:
         """One paragraph for status and Events: the problem first when there is one."""
-        words = self.set_by.words if self.problem is None else f"{self.problem}; {self.set_by.words}"
+        words = (
+            self.set_by.words if self.problem is None else f"{self.problem}; {self.set_by.words}"
+        )
         if self.calibrated_profile is not None:
             words += f"; on the {self.calibrated_profile}"
         return words

@@ -35,13 +35,14 @@ from tokenpilot.core import conditions as cond
 from tokenpilot.core.calibration.cluster import (
     Action,
     CalibrationKey,
+    JobPhase,
     JobSettings,
     JobState,
     current_request,
     decide,
     decode_result,
-    judge_job,
     job_name,
+    judge_job,
     key_of,
     render_job,
 )
@@ -134,15 +135,26 @@ def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -
     request = current_request(service)
     name = job_name(meta.name, key, request)
     job = read_job(rt.client, meta.namespace, name)
-    endpoint = None if job is not None else ready_engine_endpoint(rt.client, meta.namespace, meta.name)
-    honoured = service.status.calibration.request if service.status.calibration else None
+    last = service.status.calibration
+    phase = (
+        JobPhase.none
+        if job is None
+        else JobPhase.judged
+        if last is not None and last.job == name and last.state in ("Succeeded", "Failed")
+        else JobPhase.active
+    )
+    endpoint = (
+        ready_engine_endpoint(rt.client, meta.namespace, meta.name, tuning.max_num_batched_tokens)
+        if phase is JobPhase.none
+        else None
+    )
     decision = decide(
         service,
         key,
         measured_keys=cal.measured.keys,
-        job_exists=job is not None,
+        job=phase,
         ready_engine=endpoint is not None,
-        honoured_request=honoured,
+        honoured_request=last.request if last is not None else None,
     )
     record = {"key": key.words, "job": name, "request": request}
     if decision.action is Action.nothing:

@@ -51,9 +51,12 @@ def job_pods(client: KubeClient, namespace: str, job: str) -> list[dict[str, Any
     return list(listed.get("items") or [])
 
 
-def ready_engine_endpoint(client: KubeClient, namespace: str, service: str) -> str | None:
-    """http://<pod IP>:8000 of one ready engine pod of `service`: calibration measures one engine
-    alone, which the Service (spreading requests over replicas) would not."""
+def ready_engine_endpoint(
+    client: KubeClient, namespace: str, service: str, budget_tokens: int
+) -> str | None:
+    """http://<pod IP>:8000 of one ready engine pod of `service` started with `budget_tokens`:
+    calibration measures one engine alone, which the Service (spreading requests over replicas)
+    would not, and at the budget it is told (a pod of an older rollout runs another)."""
     listed = client.request(
         "GET",
         f"/api/v1/namespaces/{namespace}/pods",
@@ -65,8 +68,19 @@ def ready_engine_endpoint(client: KubeClient, namespace: str, service: str) -> s
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
         )
-        if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
+        if not ready or not status.get("podIP") or pod["metadata"].get("deletionTimestamp"):
+            continue
+        if _budget_arg(pod) == budget_tokens:
             return f"http://{status['podIP']}:8000"
+    return None
+
+
+def _budget_arg(pod: dict[str, Any]) -> int | None:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        args = [str(a) for a in container.get("args") or []]
+        for i, arg in enumerate(args):
+            if arg == "--max-num-batched-tokens" and i + 1 < len(args):
+                return int(args[i + 1]) if args[i + 1].isdigit() else None
     return None
 
 
@@ -202,4 +216,3 @@ class MeasuredProfiles:
             return self.get(profile.name) or profile
 
         return measured_first
-

@@ -29,7 +29,8 @@ from tokenpilot.api.llmservice import API_VERSION, KIND, CalibrationMode, LLMSer
 
 RECALIBRATE_ANNOTATION = "serving.tokenpilot.dev/recalibrate"
 KEY_LABEL = "serving.tokenpilot.dev/calibration-key"
-SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
+# Not the engine pods' label (serving.tokenpilot.dev/llmservice): a calibration pod is no engine.
+SERVICE_LABEL = "serving.tokenpilot.dev/calibrates"
 # Where the calibrate container writes its result for the operator to read from the pod's
 # status (a kubelet copies it into state.terminated.message): no RBAC for the Job's pod.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -54,7 +55,9 @@ class CalibrationKey:
 
 
 def key_of(service: LLMService, sku: str) -> CalibrationKey:
-    return CalibrationKey(sku=sku, model=service.spec.model.name, engine_image=service.spec.engine.image)
+    return CalibrationKey(
+        sku=sku, model=service.spec.model.name, engine_image=service.spec.engine.image
+    )
 
 
 class Action(StrEnum):
@@ -70,30 +73,36 @@ class Decision:
     reason: str
 
 
+class JobPhase(StrEnum):
+    none = "None"  # no Job for this key and request
+    active = "Active"  # its Job runs, or has finished and is not judged yet
+    judged = "Judged"  # its Job finished and status.calibration says how
+
+
 def decide(
     service: LLMService,
     key: CalibrationKey,
     *,
     measured_keys: frozenset[str],
-    job_exists: bool,
+    job: JobPhase,
     ready_engine: bool,
     honoured_request: str | None,
 ) -> Decision:
     """What to do about calibration for `service` on `key`; `measured_keys` are the digests of
-    the keys measured profiles record, `honoured_request` the recalibrate annotation's value the
-    last calibration ran for."""
+    the keys measured profiles record, `job` where the Job for this key and request is,
+    `honoured_request` the recalibrate annotation's value the last calibration ran for."""
     if service.spec.batching.calibration is CalibrationMode.Off:
         return Decision(Action.nothing, "spec.batching.calibration is Off")
+    again = f"set the {RECALIBRATE_ANNOTATION} annotation to a new value to measure it again"
+    if job is JobPhase.active:
+        return Decision(Action.watch, f"calibrating {key.words}")
+    if job is JobPhase.judged:
+        # One run per key and request: a failed run is not retried against the same engine.
+        return Decision(Action.nothing, f"{key.words} was calibrated for this request; {again}")
     request = current_request(service)
     asked = request is not None and request != honoured_request
     if key.digest in measured_keys and not asked:
-        return Decision(
-            Action.nothing,
-            f"{key.words} has a measured profile; set the {RECALIBRATE_ANNOTATION} annotation "
-            "to a new value to measure it again",
-        )
-    if job_exists:
-        return Decision(Action.watch, f"calibrating {key.words}")
+        return Decision(Action.nothing, f"{key.words} has a measured profile; {again}")
     if not ready_engine:
         return Decision(Action.wait, f"waiting for a ready engine pod to calibrate {key.words}")
     why = f"asked by {RECALIBRATE_ANNOTATION}={request}" if asked else "no measured profile"
