@@ -215,23 +215,29 @@ def test_engine_killed_mid_run_keeps_the_budget_and_names_the_failure(
         eventually(lambda: running(client, namespace), timeout_s=120, what="Calibrating True")
         before = status(client, namespace)["tuning"]
         eventually(lambda: job_pods(client, namespace), timeout_s=60, what="the Job's pod")
-        engines = client.request(
-            "GET",
-            f"/api/v1/namespaces/{namespace}/pods",
-            query={"labelSelector": f"serving.tokenpilot.dev/llmservice={NAME}"},
-        )["items"]
-        for pod in engines:
-            client.request(
-                "DELETE",
-                f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
-                body={"gracePeriodSeconds": 0},
-            )
+
+        def kill_engines() -> None:
+            # Killed again at each look: kwok may give a new engine pod the old one's IP.
+            engines = client.request(
+                "GET",
+                f"/api/v1/namespaces/{namespace}/pods",
+                query={"labelSelector": f"serving.tokenpilot.dev/llmservice={NAME}"},
+            )["items"]
+            for pod in engines:
+                client.request(
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+                    body={"gracePeriodSeconds": 0},
+                )
 
         def failed() -> dict[str, Any] | None:
+            kill_engines()
             found = condition(client, namespace, "Calibrating")
             return found if found and found["reason"] == "CalibrationFailed" else None
 
-        found = eventually(failed, timeout_s=180, what="Calibrating False, CalibrationFailed")
+        found = eventually(
+            failed, timeout_s=180, interval_s=1, what="Calibrating False, CalibrationFailed"
+        )
         assert found["status"] == "False"
         assert "the engine failed the protocol" in found["message"]
         after = status(client, namespace)["tuning"]

@@ -148,13 +148,14 @@ def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -
         if phase is JobPhase.none
         else None
     )
+    honoured = last.request if last is not None else None
     decision = decide(
         service,
         key,
         measured_keys=cal.measured.keys,
         job=phase,
         ready_engine=endpoint is not None,
-        honoured_request=last.request if last is not None else None,
+        honoured_request=honoured,
     )
     record = {"key": key.words, "job": name, "request": request}
     if decision.action is Action.nothing:
@@ -162,7 +163,10 @@ def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -
     if decision.action is Action.wait:
         _write(
             rt, service, status="False", reason="WaitingForEngine", message=decision.reason,
-            calibration={**record, "state": "Waiting", "message": decision.reason},
+            # The request is answered only once a Job starts for it.
+            calibration={
+                **record, "request": honoured, "state": "Waiting", "message": decision.reason
+            },
         )  # fmt: skip
         return decision.reason
     if decision.action is Action.start:
