@@ -403,8 +403,8 @@ def render_table(
         highlight=False,
     )
     console.print(
-        f"  token budget: tokenpilot {budgets['tuned']}; others vLLM's default "
-        f"{budgets['default']}",
+        f"  token budget: tokenpilot and the +tuned rows {budgets['tuned']}; the others "
+        f"vLLM's default {budgets['default']}",
         highlight=False,
     )
     console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
@@ -415,9 +415,18 @@ def render_table(
     if budgets.get("start"):
         console.print(f"  replicas Ready at the start: {budgets['start']}", highlight=False)
     if sizing is not None:
+        tuned = sizing.tuned_capacity
         console.print(
-            f"  sizing: {sizing.reason}; hpa/kpa target "
-            f"{sizing.target_running_per_replica:g} running per replica",
+            f"  sizing: {sizing.reason}; one replica's measured capacity (its load at the "
+            f"fastest replay of the busiest 5 min meeting 99 %): default budget "
+            f"{sizing.target_running_per_replica:g} running (hpa, aibrix-kpa target), "
+            f"{sizing.target_in_flight_per_replica:g} in flight (keda threshold)"
+            + (
+                ""
+                if tuned is None
+                else f"; tuned budget {tuned.running_per_replica:g} running, "
+                f"{tuned.in_flight_per_replica:g} in flight"
+            ),
             highlight=False,
         )
     table = Table(box=None, pad_edge=False)
