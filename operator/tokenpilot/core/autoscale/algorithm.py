@@ -129,7 +129,8 @@ def _decide(
         if bound is None:
             return _scale_up(policy, history, observation, signals, now_s, model)
         return _prefill_hold(
-            _scale_down(policy, history, observation, signals, now_s, bound, model)
+            _scale_down(policy, history, observation, signals, now_s, bound, model),
+            allow_down=model is None,
         )
     if (signals.queue_spike_ratio or 0.0) > 1.0:
         return Decision(
@@ -410,6 +411,9 @@ class ModelNeed:
 
     replicas: int
     words: str
+    # The forecast has seen a whole scale-down window: only then may it claim that window's
+    # busiest interval, and so a smaller fleet.
+    can_shrink: bool
 
 
 def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed | None:
@@ -431,7 +435,7 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         )
         + f") need {replicas} replicas by the step model{limit}"
     )
-    return ModelNeed(replicas, words)
+    return ModelNeed(replicas, words, outlook.span_s >= policy.scale_down_stabilization_s)
 
 
 def _model_step(
@@ -467,7 +471,7 @@ def _model_step(
             signals,
             replace(quiet, last_scale_up_s=now_s),
         )
-    if model.replicas == current:
+    if model.replicas == current or not model.can_shrink:
         return Decision(
             current,
             Mode.steady,
@@ -523,11 +527,14 @@ def _model_step(
     )
 
 
-def _prefill_hold(decision: Decision) -> Decision:
-    """A TTFT breach replicas cannot fix: keep the step down or partial-view hold as decided,
-    turn every other outcome into a `PrefillBound` hold (the calm window keeps running)."""
-    if decision.mode in (Mode.scale_down, Mode.scale_up) or (
-        decision.reason_code is Reason.partial_scrape
+def _prefill_hold(decision: Decision, *, allow_down: bool) -> Decision:
+    """A TTFT breach replicas cannot fix: keep a step up, a step down (without a model: with
+    one, a step down needs every signal calm) or a partial-view hold as decided; turn every
+    other outcome into a `PrefillBound` hold (the calm window keeps running)."""
+    if (
+        decision.mode is Mode.scale_up
+        or (decision.mode is Mode.scale_down and allow_down)
+        or decision.reason_code is Reason.partial_scrape
     ):
         return decision
     return replace(decision, mode=Mode.hold, reason_code=Reason.prefill_bound)

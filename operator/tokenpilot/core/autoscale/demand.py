@@ -14,6 +14,9 @@ Each evaluation adds one point, the engines' counters over the interval since th
   replica asked for now is Ready. A falling trend never lowers the forecast: a replica removed
   too early costs a whole startup to bring back.
 - **Mix.** Mean prompt and output per request from the counters' totals over the lookback.
+- **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
+  demand they have not seen, counted at the mean prompt as a rate that clears them within the
+  TTFT SLO.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class LoadPoint:
     prompt_tokens: float  # to prefill: prefix-cache hits excluded
     output_tokens: float
     requests: float
+    waiting: float = 0.0  # requests waiting at the end of the interval, on the whole service
 
     @property
     def prompt_tokens_per_s(self) -> float:
@@ -56,6 +60,7 @@ class Forecast:
     level: Demand
     growth_prompt_tokens_per_s: float
     num_points: int
+    span_s: float
 
 
 def remember(
@@ -67,9 +72,14 @@ def remember(
 
 
 def forecast(
-    points: Sequence[LoadPoint], *, horizon_s: float, attainment: float
+    points: Sequence[LoadPoint], *, horizon_s: float, attainment: float, backlog_s: float
 ) -> Forecast | None:
-    """The demand over the next `horizon_s`, or None before any load was counted."""
+    """The demand over the next `horizon_s`, or None before any load was counted.
+
+    The counters count a prompt when it has been prefilled, so in a backlog they show what the
+    fleet served, not what arrived. Each interval's prompt rate therefore adds the requests
+    still waiting at its end, at the mean prompt, cleared within `backlog_s` (the TTFT SLO):
+    the rate that would have served the interval and its queue in time."""
     if not points:
         return None
     requests = sum(p.requests for p in points)
@@ -83,8 +93,14 @@ def forecast(
     recent = [p for p in points if p.at_s > now_s - horizon_s]
     growth_p = max(0.0, _slope([(p.at_s, p.prompt_tokens_per_s) for p in recent])) * horizon_s
     growth_d = max(0.0, _slope([(p.at_s, p.output_tokens_per_s) for p in recent])) * horizon_s
-    busy_p = _weighted_quantile([(p.prompt_tokens_per_s, p.requests) for p in points], attainment)
-    busy_d = _weighted_quantile([(p.output_tokens_per_s, p.requests) for p in points], attainment)
+    queued = mean_prompt / max(backlog_s, 1e-3)
+    busy_p = _weighted_quantile(
+        [(p.prompt_tokens_per_s + p.waiting * queued, p.requests + p.waiting) for p in points],
+        attainment,
+    )
+    busy_d = _weighted_quantile(
+        [(p.output_tokens_per_s, p.requests + p.waiting) for p in points], attainment
+    )
 
     def demand(prompt_per_s: float, output_per_s: float) -> Demand:
         return Demand(
@@ -96,6 +112,7 @@ def forecast(
         level=demand(prompt / span_s, output / span_s),
         growth_prompt_tokens_per_s=growth_p,
         num_points=len(points),
+        span_s=span_s,
     )
 
 

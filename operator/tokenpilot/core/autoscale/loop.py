@@ -122,6 +122,7 @@ def step(
                 max(0.0, counted.num_prompt_tokens - counted.num_cached_prompt_tokens),
                 counted.num_output_tokens,
                 counted.num_requests,
+                observation.num_requests_waiting or 0.0,
             ),
             max(state.policy.scale_down_stabilization_s, state.policy.startup_s),
         )
@@ -129,6 +130,7 @@ def step(
         load,
         horizon_s=state.policy.startup_s + state.interval_s,
         attainment=state.policy.attainment,
+        backlog_s=state.policy.ttft_p99_slo_s or state.interval_s,
     )
     decision = decide(state.policy, state.history, observation, now.monotonic_s, outlook)
     actions: list[Action] = []
