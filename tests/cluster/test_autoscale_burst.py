@@ -272,7 +272,9 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
         query={"fieldSelector": f"involvedObject.name={NAME}"},
     ).get("items", [])
     reasons = {event["reason"] for event in events}
-    assert "QueueOverTarget" in reasons and "SustainedHeadroom" in reasons, reasons
+    assert "QueueOverTarget" in reasons, reasons
+    # Down by the capacity model's forecast (the sample has a tuning), or by calm without one.
+    assert reasons & {"ModelHeadroom", "SustainedHeadroom"}, reasons
     steps = [seen[0]] + [b for a, b in itertools.pairwise(seen) if a[1] != b[1]]
     print(
         f"{metrics_source['type']}: scale-up after {scale_up_s:.1f} s; after the burst: "
