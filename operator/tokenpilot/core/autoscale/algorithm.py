@@ -23,7 +23,9 @@ The algorithm, in the order it is applied:
    replicas under scale_down_ratio of its target, P99s scaled by the per-replica load after the
    step at most scale_down_latency_ratio of their SLO) for scale_down_stabilization_s with every
    pod visible, and scale_down_step_interval_s has passed since the last step down; then
-   remove max_scale_down_step replicas.
+   remove up to max_scale_down_step replicas, but go no lower than the largest of the fleets
+   each evaluation of the window found would stay within targets (its busiest reading, not
+   only the latest, must fit the smaller fleet).
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
 6. One regime is exempt from load arithmetic: no more requests in flight (running + waiting)
    than engines. The least-outstanding balancer then gives every request an engine of its own
@@ -368,7 +370,12 @@ def _scale_down(
             within,
         )
     calm_since_s = now_s if history.calm_since_s is None else history.calm_since_s
-    calm = replace(history, breach_since_s=None, calm_since_s=calm_since_s)
+    window_start_s = max(calm_since_s, now_s - policy.scale_down_stabilization_s)
+    floors = (
+        *((at_s, n) for at_s, n in history.calm_floors if at_s >= window_start_s),
+        (now_s, _fewest_within_targets(policy, observation, current - step)),
+    )
+    calm = replace(history, breach_since_s=None, calm_since_s=calm_since_s, calm_floors=floors)
     calm_s = now_s - calm_since_s
     if calm_s < policy.scale_down_stabilization_s:
         return Decision(
@@ -393,16 +400,39 @@ def _scale_down(
             signals,
             calm,
         )
+    floor = max(n for _, n in floors)
+    desired = max(floor, current - step)
+    if desired >= current:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.stabilizing,
+            f"{figures}: {state}, but the busiest reading of the last "
+            f"{policy.scale_down_stabilization_s:g} s needs {floor} replicas",
+            signals,
+            calm,
+        )
     return Decision(
-        current - step,
+        desired,
         Mode.scale_down,
         Reason.sustained_headroom,
-        f"{figures}: {current - step} replicas would "
+        f"{figures}: {desired} replicas would "
         + ("stay within targets" if bound is None else "still give every request its own engine")
-        + f", for {calm_s:.0f} s; scaling {current} -> {current - step}",
+        + f" at every reading of the last {calm_s:.0f} s; scaling {current} -> {desired}",
         signals,
         replace(calm, last_scale_down_s=now_s),
     )
+
+
+def _fewest_within_targets(policy: AutoscalePolicy, observation: Observation, passing: int) -> int:
+    """The fewest replicas, down from `passing` (which `_short_after_step` accepts), that this
+    observation shows would stay within targets, each step smaller tested as in 5."""
+    fewest = passing
+    while (
+        fewest > policy.min_replicas and _short_after_step(policy, observation, fewest - 1) is None
+    ):
+        fewest -= 1
+    return fewest
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,10 @@ class History:
     - `last_scale_up_s` / `last_scale_down_s`: when decide() last moved each way.
     - `last_queue_per_replica`: the queue read by the previous evaluation, None after a blind
       one; a queue counts only when two consecutive readings are over target.
+    - `calm_floors`: for the evaluations of the calm run within the last scale-down window,
+      (time, the fewest replicas that evaluation's readings showed would stay within targets).
+      A step down goes no lower than the largest of them: the busiest reading of the window,
+      not only the latest, must fit the smaller fleet.
     """
 
     breach_since_s: float | None = None
@@ -117,3 +121,4 @@ class History:
     last_scale_up_s: float | None = None
     last_scale_down_s: float | None = None
     last_queue_per_replica: float | None = None
+    calm_floors: tuple[tuple[float, int], ...] = ()
