@@ -457,7 +457,7 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
     words = (
         f"forecast {demand.prompt_tokens_per_s:,.0f} prompt and "
         f"{demand.output_tokens_per_s:,.0f} output tokens/s "
-        f"(busiest {policy.attainment:.0%} of the last {policy.scale_down_stabilization_s:g} s"
+        f"(busiest {policy.attainment:.0%} of the last {outlook.span_s:.0f} s"
         + (
             f", +{outlook.growth_prompt_tokens_per_s:,.0f} prompt tokens/s of growth"
             if outlook.growth_prompt_tokens_per_s > 0

@@ -1,8 +1,9 @@
 """The demand to size for: the load of the recent past and its trend, over the startup horizon.
 
 Each evaluation adds one point, the engines' counters over the interval since the previous one
-(prompt tokens to prefill, output tokens, requests). From the points of the last `lookback_s`
-(the scale-down window) `forecast` derives the demand a fleet asked for now must serve:
+(prompt tokens to prefill, output tokens, requests). From the points of the last `memory_s`
+(the scale-down window, and long enough to hold a burst as rare as the attainment target
+allows) `forecast` derives the demand a fleet asked for now must serve:
 
 - **Busy intervals, weighted by requests.** Arrivals come in bursts shorter than any startup,
   so the fleet must already hold what a busy interval needs. Intervals are sorted by their
@@ -30,6 +31,9 @@ from tokenpilot.core.autoscale.capacity import Demand
 # of a log-normal with sigma 0.8, a common fit for chat and code prompts. The engines' counters
 # give the mean; the tail sets how busy prefill may be (core.autoscale.capacity).
 TAIL_PROMPT_FACTOR = 4.0
+# The longest the forecast remembers (an attainment of 1 would otherwise remember forever):
+# past an hour the load follows the day's pattern, which the trend term tracks, not a burst.
+MAX_MEMORY_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,21 @@ class Forecast:
     growth_prompt_tokens_per_s: float
     num_points: int
     span_s: float
+
+
+def memory_s(
+    *, scale_down_window_s: float, startup_s: float, interval_s: float, attainment: float
+) -> float:
+    """How long the forecast remembers load: the scale-down window and the startup horizon,
+    and at least 1 / (1 - attainment) evaluation intervals (500 s at 99 % and 5 s), at most
+    `MAX_MEMORY_S`.
+
+    The attainment target lets (1 - attainment) of the requests miss. A burst that comes once
+    in fewer intervals than 1 / (1 - attainment), with at least its share of the requests, is
+    load the target says to serve; a window shorter than that forgets it between two of its
+    recurrences, shrinks the fleet, and meets the next one on a cold start."""
+    tail = interval_s / (1.0 - attainment) if attainment < 1.0 else MAX_MEMORY_S
+    return max(scale_down_window_s, startup_s, min(tail, MAX_MEMORY_S))
 
 
 def remember(

@@ -28,7 +28,7 @@ from typing import Any
 from tokenpilot.api.llmservice import Condition
 from tokenpilot.core.autoscale.algorithm import decide
 from tokenpilot.core.autoscale.decision import Decision, Mode
-from tokenpilot.core.autoscale.demand import LoadPoint, forecast, remember
+from tokenpilot.core.autoscale.demand import LoadPoint, forecast, memory_s, remember
 from tokenpilot.core.autoscale.observation import History, Observation
 from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 from tokenpilot.core.autoscale.window import PodScrapes, Ring, observe_scrapes
@@ -124,7 +124,12 @@ def step(
                 counted.num_requests,
                 observation.num_requests_waiting or 0.0,
             ),
-            max(state.policy.scale_down_stabilization_s, state.policy.startup_s),
+            memory_s(
+                scale_down_window_s=state.policy.scale_down_stabilization_s,
+                startup_s=state.policy.startup_s,
+                interval_s=state.interval_s,
+                attainment=state.policy.attainment,
+            ),
         )
     outlook = forecast(
         load,
