@@ -90,6 +90,10 @@ class ServiceState:
     load: tuple[LoadPoint, ...] = ()
     history: History = field(default_factory=History)
     applied: Mapping[str, Any] | None = None
+    # Evaluations that read at least one pod. A P99 is a rate over two readings, so until the
+    # second one a missing P99 is expected from any source (a Prometheus server's rate() too):
+    # AwaitingSecondScrape, never a MissingMetrics Warning.
+    num_reading_evaluations: int = 0
 
 
 def step(
@@ -111,6 +115,9 @@ def step(
             desired_replicas=current.spec_replicas,
             ready_replicas=current.ready_replicas,
         )
+    num_reading = state.num_reading_evaluations + (observation.num_pods_scraped > 0)
+    if observation.num_pods_scraped > 0 and num_reading < 2:
+        observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
     if observation.load is not None:
         counted = observation.load
@@ -165,7 +172,14 @@ def step(
     if owned != state.applied:
         actions.append(ApplyStatus(owned))
         applied = owned
-    next_state = replace(state, rings=rings, load=load, history=decision.history, applied=applied)
+    next_state = replace(
+        state,
+        rings=rings,
+        load=load,
+        history=decision.history,
+        applied=applied,
+        num_reading_evaluations=num_reading,
+    )
     return next_state, decision, tuple(actions)
 
 
