@@ -69,7 +69,7 @@ def test_scale_events_when_replicas_move_or_the_autoscaler_goes_blind() -> None:
     assert scale_event(2, decision(2, Reason.stale_metrics, Mode.hold), "StaleMetrics") is None
 
 
-def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
+def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_changed() -> None:
     first = autoscaler_status(
         None,
         desired_replicas=2,
@@ -88,7 +88,8 @@ def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
             "lastDecisionTime": T0,
         }
     }
-    # Other figures in the words, same outcome: the same JSON, so nothing is written.
+    # Other figures in the words, same outcome: the latest words, the decision's time kept
+    # (the demo once showed a drained queue's "44.0/replica" for 40 s).
     again = autoscaler_status(
         first,
         desired_replicas=2,
@@ -98,7 +99,21 @@ def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
         condition=None,
         now=T1,
     )
-    assert again == first
+    assert again["autoscaling"]["reason"] == "queue 0.7 per replica"
+    assert again["autoscaling"]["lastDecisionTime"] == T0
+    # The same evaluation twice: the same JSON, so nothing is written.
+    assert (
+        autoscaler_status(
+            again,
+            desired_replicas=2,
+            mode="steady",
+            reason_code="WithinTargets",
+            reason="queue 0.7 per replica",
+            condition=None,
+            now=T1,
+        )
+        == again
+    )
     moved = autoscaler_status(
         first,
         desired_replicas=3,

@@ -54,6 +54,7 @@ from tokenpilot_lab.workload import (
     TraceError,
     bursts,
     diurnal,
+    overlay,
     poisson,
     scale_rate,
     window,
@@ -78,8 +79,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
     parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
-    parser.add_argument("--seed", type=int, default=0, help="synthetic trace seed")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the synthetic trace and of --load's shifts"
+    )
     parser.add_argument("--rate", default="x1", help="replay faster or slower, e.g. x2 or x0.5")
+    parser.add_argument(
+        "--load",
+        default="x1",
+        help="overlay N copies of the trace, each shifted by up to a few seconds (from --seed): "
+        "N times the load over the same span, bursts N-fold, e.g. x8",
+    )
     parser.add_argument("--from", dest="from_s", type=float, default=0.0, help="window start, s")
     parser.add_argument("--to", dest="to_s", type=float, default=None, help="window end, s")
     parser.add_argument("--gpu", default="H100-80GB", help="GPU profile name or alias")
@@ -147,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.json:
-        print(json.dumps(to_json(trace, results), sort_keys=False))
+        print(json.dumps(to_json(trace, results, cold_start_s=args.cold_start), sort_keys=False))
     else:
         sys.stdout.write(render_table(trace, results, sizing, budgets))
     if args.plot is not None:
@@ -177,6 +186,9 @@ def _load_trace(args: argparse.Namespace) -> Trace:
             "no requests in the chosen span; widen --from/--to, or raise --mean-rps or --duration",
             source=trace.name,
         )
+    copies = parse_load(args.load)
+    if copies > 1:
+        trace = overlay(trace, copies, seed=args.seed)
     factor = parse_rate(args.rate)
     return scale_rate(trace, factor) if factor != 1.0 else trace
 
@@ -196,6 +208,13 @@ def parse_rate(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise TraceError(f"--rate {text!r}: expected a positive factor such as x2 or 0.5")
     return float(match.group(1))
+
+
+def parse_load(text: str) -> int:
+    match = re.fullmatch(r"x?\s*([0-9]+)", text.strip())
+    if not match or int(match.group(1)) < 1:
+        raise TraceError(f"--load {text!r}: expected a whole number of copies such as x8")
+    return int(match.group(1))
 
 
 def parse_slo(text: str) -> tuple[float, float]:
@@ -310,6 +329,7 @@ def _simulate(
             trace, entries, timer, lambda name, done: bar.update(tasks[name], completed=done)
         )
     budgets = {
+        "cold_start": f"{fleet.cold_start_s:g} s from scale-up to Ready, for every policy",
         "prefix_cache": _prefix_cache_line(trace, caching),
         "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
@@ -337,7 +357,9 @@ def _num(value: float, digits: int) -> float | None:
     return None if math.isnan(value) else round(value, digits)
 
 
-def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
+def to_json(
+    trace: Trace, results: Sequence[FleetResult], *, cold_start_s: float
+) -> dict[str, object]:
     policies: dict[str, object] = {}
     for result in results:
         summary = result.summary()
@@ -353,7 +375,12 @@ def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
             "scale_events": len(result.scale_events),
             "prefix_cache_hit_rate": _num(result.prefix_cache_hit_rate, 6),
         }
-    return {"trace": trace.name, "requests": trace.num_requests, "policies": policies}
+    return {
+        "trace": trace.name,
+        "requests": trace.num_requests,
+        "cold_start_s": cold_start_s,
+        "policies": policies,
+    }
 
 
 def _pct(value: float) -> str:
@@ -376,10 +403,11 @@ def render_table(
         highlight=False,
     )
     console.print(
-        f"  token budget: tokenpilot {budgets['tuned']}; others vLLM's default "
-        f"{budgets['default']}",
+        f"  token budget: tokenpilot and the +tuned rows {budgets['tuned']}; the others "
+        f"vLLM's default {budgets['default']}",
         highlight=False,
     )
+    console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
     if budgets.get("prefix_cache"):
         console.print(f"  prefix cache: {budgets['prefix_cache']}", highlight=False)
     for note in trace.notes:
@@ -387,9 +415,18 @@ def render_table(
     if budgets.get("start"):
         console.print(f"  replicas Ready at the start: {budgets['start']}", highlight=False)
     if sizing is not None:
+        tuned = sizing.tuned_capacity
         console.print(
-            f"  sizing: {sizing.reason}; hpa/kpa target "
-            f"{sizing.target_running_per_replica:g} running per replica",
+            f"  sizing: {sizing.reason}; one replica's measured capacity (its load at the "
+            f"fastest replay of the busiest 5 min meeting 99 %): default budget "
+            f"{sizing.target_running_per_replica:g} running (hpa, aibrix-kpa target), "
+            f"{sizing.target_in_flight_per_replica:g} in flight (keda threshold)"
+            + (
+                ""
+                if tuned is None
+                else f"; tuned budget {tuned.running_per_replica:g} running, "
+                f"{tuned.in_flight_per_replica:g} in flight"
+            ),
             highlight=False,
         )
     table = Table(box=None, pad_edge=False)

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import Phase, TuningStatus
-from tokenpilot.core.autoscale import Decision, Reason
+from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.decision import BLIND
 
-# The decisions that mean the autoscaler cannot see the service.
-BLIND = (Reason.missing_metrics, Reason.stale_metrics, Reason.partial_scrape)
 # Triggers that carry a spec the user wrote; the others correct drift.
 SPEC_TRIGGERS = ("create", "update", "resume")
 
@@ -99,10 +98,14 @@ def scale_event(
     current_replicas: int, decision: Decision, previous_reason_code: str | None
 ) -> ServiceEvent | None:
     """The autoscaler's Event for one decision, if it has one: the replicas moved, or the
-    autoscaler went blind for a reason other than the previous decision's."""
+    autoscaler went blind (in a way the user can fix) for a reason other than the previous
+    decision's."""
     changed = decision.desired_replicas != current_replicas
+    blindness = BLIND.get(decision.reason_code)
     entering_blind = (
-        decision.reason_code in BLIND and previous_reason_code != decision.reason_code.value
+        blindness is not None
+        and blindness.warns
+        and previous_reason_code != decision.reason_code.value
     )
     if not (changed or entering_blind):
         return None

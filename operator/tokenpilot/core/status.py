@@ -24,7 +24,7 @@ status.tuning is the batching decision as the API publishes it (`tuning_status`)
 The autoscaler's condition, MetricsAvailable, comes from its last outcome (`metrics_condition`):
 False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
 while no engine pod is ready, True otherwise. `autoscaler_status` is everything the autoscaler
-owns, new only when the outcome changed.
+owns, with the latest evaluation's words.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.autoscale import Decision, Reason
+from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.decision import BLIND
 from tokenpilot.core.batching import BatchingDecision, Bound
 from tokenpilot.core.pod_health import PodFailure, verdict
 from tokenpilot.core.render import endpoint, selector_string
@@ -255,15 +256,6 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     )
 
 
-# The holds that mean the autoscaler is blind: the condition status each gives, and its words.
-_BLIND = {
-    Reason.missing_metrics: (ConditionStatus.false, "a signal the autoscaler needs is missing"),
-    Reason.stale_metrics: (ConditionStatus.false, "the latest metrics are too old"),
-    Reason.partial_scrape: (ConditionStatus.false, "not every ready engine pod could be read"),
-    Reason.no_ready_pods: (ConditionStatus.unknown, "no engine pod is ready to be read"),
-}
-
-
 def metrics_condition(
     conditions: Sequence[Condition],
     decision: Decision,
@@ -279,8 +271,11 @@ def metrics_condition(
     replicas are held, and MetricsRead otherwise. The message names the problems the metrics
     source reported but no changing figures, so a steady state writes nothing.
     """
-    status, words = _BLIND.get(
-        decision.reason_code, (ConditionStatus.true, "metrics read from every ready engine pod")
+    blindness = BLIND.get(decision.reason_code)
+    status, words = (
+        (ConditionStatus.true, "metrics read from every ready engine pod")
+        if blindness is None
+        else (blindness.condition_status, blindness.words)
     )
     reason = "MetricsRead" if status is ConditionStatus.true else decision.reason_code.value
     message = words
@@ -315,26 +310,24 @@ def autoscaler_status(
     now: str,
 ) -> dict[str, Any]:
     """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
-    last: status.autoscaling is new only when the outcome (replicas, mode, reason code)
-    changed, and the MetricsAvailable condition is the last one when none is given. A steady
-    service therefore gives the same JSON every time, and the caller writes nothing.
+    last. status.autoscaling always carries the latest evaluation's words (a reader must never
+    see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
+    reason code) last changed. The MetricsAvailable condition is the last one when none is
+    given. The caller writes only when the JSON differs from what it applied, as the HPA
+    controller updates its status at each sync whose metrics changed.
     """
     previous = applied or {}
-    autoscaling = previous.get("autoscaling")
+    before = previous.get("autoscaling") or {}
     outcome = (desired_replicas, mode, reason_code)
-    if autoscaling is None or outcome != (
-        autoscaling.get("desiredReplicas"),
-        autoscaling.get("mode"),
-        autoscaling.get("reasonCode"),
-    ):
-        autoscaling = AutoscalingStatus(
-            desired_replicas=desired_replicas,
-            mode=mode,
-            reason_code=reason_code,
-            reason=reason,
-            last_decision_time=now,
-        ).model_dump(by_alias=True, mode="json")
-    owned: dict[str, Any] = {"autoscaling": autoscaling}
+    same = outcome == (before.get("desiredReplicas"), before.get("mode"), before.get("reasonCode"))
+    autoscaling = AutoscalingStatus(
+        desired_replicas=desired_replicas,
+        mode=mode,
+        reason_code=reason_code,
+        reason=reason,
+        last_decision_time=before["lastDecisionTime"] if same else now,
+    )
+    owned: dict[str, Any] = {"autoscaling": autoscaling.model_dump(by_alias=True, mode="json")}
     if condition is not None:
         owned["conditions"] = [condition.model_dump(by_alias=True, mode="json", exclude_none=True)]
     elif "conditions" in previous:

@@ -7,7 +7,7 @@ same pair the dashboards and rules use). P99s are `histogram_quantile(0.99, sum 
 from a missing metric) is `sum(increase(..._count{sel}[w]))`. The upper edge of the bucket
 holding the P99 comes from vLLM's bucket table.
 
-The nine instant queries of one evaluation go out at once through one httpx client
+The thirteen instant queries of one evaluation go out at once through one httpx client
 (`GET /api/v1/query`), under one timeout. A server that cannot be reached or answers nonsense
 leaves every field None with the reason in `problems`; decide() then holds.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ import httpx
 from tokenpilot.adapters.metrics.base import ServiceTarget
 from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import METRICS_WINDOW_S, LatencyQuantile, Observation
+from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.dashboards.slo import SERVICE_LABELS
 from tokenpilot.core.histogram import bucket_upper_bound
 
@@ -51,6 +52,10 @@ class Queries:
     itl_count: str
     ttft_p99: str
     ttft_count: str
+    prompt_tokens: str
+    cached_prompt_tokens: str
+    output_tokens: str
+    requests: str
 
 
 def queries(target: ServiceTarget, window_s: float) -> Queries:
@@ -63,6 +68,9 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
     def p99(family: str) -> str:
         return f"histogram_quantile(0.99, sum by (le) (rate({family}_bucket{sel}{window})))"
 
+    def increase(family: str) -> str:
+        return f"sum(increase({family}_total{sel}{window}))"
+
     return Queries(
         waiting=f"sum({waiting}{sel})",
         running=f"sum({vllm_metrics.NUM_REQUESTS_RUNNING}{sel})",
@@ -73,6 +81,10 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
         itl_count=f"sum(increase({itl}_count{sel}{window}))",
         ttft_p99=p99(ttft),
         ttft_count=f"sum(increase({ttft}_count{sel}{window}))",
+        prompt_tokens=increase(vllm_metrics.PROMPT_TOKENS),
+        cached_prompt_tokens=increase(vllm_metrics.PREFIX_CACHE_HITS),
+        output_tokens=increase(vllm_metrics.GENERATION_TOKENS),
+        requests=increase(vllm_metrics.REQUEST_SUCCESS),
     )
 
 
@@ -94,7 +106,7 @@ class PrometheusSource:
             base_url=url.rstrip("/"), timeout=httpx.Timeout(timeout_s), verify=False
         )
 
-    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+    async def read(self, target: ServiceTarget, now_s: float) -> Observation:
         exprs = queries(target, self.window_s)
         names = list(Queries.__dataclass_fields__)
         try:
@@ -165,6 +177,20 @@ class PrometheusSource:
             kv_cache_usage=value("kv_cache_usage"),
             window_s=self.window_s,
             problems=tuple(problems),
+            load=self._load(value),
+        )
+
+    def _load(self, value: Callable[[str], float | None]) -> Load | None:
+        """The counters' increase over the window; None where the engines export none."""
+        prompt = value("prompt_tokens")
+        if prompt is None:
+            return None
+        return Load(
+            self.window_s,
+            prompt,
+            value("cached_prompt_tokens") or 0.0,
+            value("output_tokens") or 0.0,
+            value("requests") or 0.0,
         )
 
     def forget(self, target_key: str) -> None:
