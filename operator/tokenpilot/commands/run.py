@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from tokenpilot.core.errors import TokenPilotError
+
+if TYPE_CHECKING:
+    from tokenpilot.handlers.leadership import LeaderElection
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +47,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAMESPACE/NAME",
         help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
     )
+    election = parser.add_argument_group(
+        "leader election", "run several replicas; only the holder of the Lease acts"
+    )
+    election.add_argument(
+        "--leader-election-lease",
+        metavar="NAMESPACE/NAME",
+        help="the coordination.k8s.io Lease to hold while acting (default: no election, act "
+        "alone; never run two replicas without it)",
+    )
+    election.add_argument(
+        "--leader-election-identity",
+        metavar="ID",
+        help="this replica's name in the Lease (default: $POD_NAME, else host-pid)",
+    )
+    election.add_argument(
+        "--leader-election-lease-duration", type=float, default=15.0, metavar="SECONDS",
+        help="how long a standby waits on an unrenewed Lease before taking it (default 15)",
+    )  # fmt: skip
+    election.add_argument(
+        "--leader-election-renew-deadline", type=float, default=10.0, metavar="SECONDS",
+        help="the leader stops writing when no renew succeeded for this long (default 10)",
+    )  # fmt: skip
+    election.add_argument(
+        "--leader-election-retry-period", type=float, default=2.0, metavar="SECONDS",
+        help="how often the Lease is renewed or tried (default 2)",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def leader_election(args: argparse.Namespace) -> LeaderElection | None:
+    """The election the flags ask for; SystemExit naming the flag when they are wrong."""
+    if not args.leader_election_lease:
+        return None
+    from tokenpilot.adapters.kube.lease import LeaseName
+    from tokenpilot.core.lease import LeaseTiming
+    from tokenpilot.handlers.leadership import LeaderElection, default_identity
+
+    timing = LeaseTiming(
+        lease_duration_s=args.leader_election_lease_duration,
+        renew_deadline_s=args.leader_election_renew_deadline,
+        retry_period_s=args.leader_election_retry_period,
+    )
+    problems = timing.problems()
+    try:
+        lease = LeaseName.parse(args.leader_election_lease)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise SystemExit(f"tokenpilot run: {'; '.join(problems)}")
+    return LeaderElection(
+        lease=lease, identity=args.leader_election_identity or default_identity(), timing=timing
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.resync_interval <= 0:
         raise SystemExit("--resync-interval must be a positive number of seconds")
+    election = leader_election(args)
     # Imported here: the operator pulls in kopf and the Kubernetes client (0.4 s), which
     # `tokenpilot run --help` and the other subcommands do not need.
     from tokenpilot.adapters.kube import KubeError
@@ -68,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
                 metrics_port=args.metrics_port,
                 metrics_address=args.metrics_address,
                 gpu_profiles_configmap=args.gpu_profiles_configmap,
+                leader_election=election,
             )
         )
     except (KubeError, TokenPilotError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -40,12 +41,18 @@ class Conflict(KubeError):
     """409: a stale resourceVersion, an existing name, or an apply conflict."""
 
 
+# Called with (method, path) just before a request goes out; raises to stop a write (the
+# leader election's fence, adapters/kube/lease.py).
+WriteGuard = Callable[[str, str], None]
+
+
 @dataclass
 class KubeClient:
     """Raw REST against one API server."""
 
     api: k8s.ApiClient
     timeout_s: float = DEFAULT_TIMEOUT_S
+    write_guard: WriteGuard | None = None
 
     @property
     def host(self) -> str:
@@ -71,6 +78,8 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
+        if self.write_guard is not None:
+            self.write_guard(method, path)  # as late as possible: the fence may close any time
         try:
             response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
             response.read()  # type: ignore[no-untyped-call]
@@ -110,7 +119,12 @@ class KubeClient:
         self.api.close()  # type: ignore[no-untyped-call]
 
 
-def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    user_agent: str | None = None,
+) -> KubeClient:
     """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -135,4 +149,8 @@ def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT
             ) from None
     # Enough pooled connections for the handler thread pool.
     configuration.connection_pool_maxsize = 32
-    return KubeClient(api=k8s.ApiClient(configuration), timeout_s=timeout_s)
+    api = k8s.ApiClient(configuration)
+    if user_agent:
+        # The API server's audit log records it: replicas of the operator tell themselves apart.
+        api.user_agent = user_agent
+    return KubeClient(api=api, timeout_s=timeout_s)
