@@ -53,8 +53,22 @@ async def _stop(memo: Any, **_: Any) -> None:
             await task
 
 
+# A reconcile the API server could not answer (restarting, overloaded, etcd away) is retried
+# soon, and logged as one line: it is weather, not a bug, and a traceback would say otherwise.
+RETRY_UNREACHABLE_S = 5.0
+
+
+def _reconcile(memo: Any, body: Any, trigger: str) -> Any:
+    try:
+        return reconcile(_runtime(memo), body, trigger)
+    except KubeError as error:
+        if error.status == 0 or error.status >= 500 or error.status == 429:
+            raise kopf.TemporaryError(str(error), delay=RETRY_UNREACHABLE_S) from None
+        raise
+
+
 def _handle(memo: Any, body: kopf.Body, trigger: str) -> None:
-    outcome = reconcile(_runtime(memo), body, trigger)
+    outcome = _reconcile(memo, body, trigger)
     if outcome.problem is not None:
         # Permanent: retrying cannot help until the spec or the cluster changes; the resync
         # loop re-plans quietly, and the status already says what to do.
@@ -90,9 +104,9 @@ def deployment_changed(
     stub = {"metadata": {"namespace": namespace, "name": owner["name"]}}
     if type == "DELETED":
         # Deleted by hand (not by the garbage collector, which takes the owner first): rebuild.
-        reconcile(_runtime(memo), stub, "deployment-deleted")
+        _reconcile(memo, stub, "deployment-deleted")
     else:
-        reconcile(_runtime(memo), stub, "deployment")
+        _reconcile(memo, stub, "deployment")
 
 
 def resync_once(rt: Runtime) -> int:
