@@ -40,3 +40,23 @@ def test_anything_else_is_a_query_error_quoting_the_server(
 ) -> None:
     with pytest.raises(QueryError, match=words):
         instant_value(status, body)
+
+
+def test_nan_counts_are_no_reading_not_zero_load() -> None:
+    """Found by tests/chaos: a Prometheus answering NaN to every query crashed the evaluation
+    (int(NaN)); read as zeros it would have scaled a loaded fleet down."""
+    import asyncio
+    import math
+
+    from tokenpilot.adapters.metrics.base import PodEndpoint, ServiceTarget
+    from tokenpilot.adapters.metrics.prometheus import PrometheusSource, Queries
+
+    pods = tuple(PodEndpoint(f"p{i}", f"http://127.0.0.{i}:8000/metrics") for i in (1, 2))
+    target = ServiceTarget("ns", "svc", desired_replicas=2, ready_replicas=2, pods=pods)
+    source = PrometheusSource("http://127.0.0.1:9")
+    nan = {name: (math.nan, 1.0) for name in Queries.__dataclass_fields__}
+    observation = source._observation(target, 100.0, nan)
+    asyncio.run(source.aclose())
+    assert observation.num_requests_waiting is None
+    assert observation.num_pods_scraped == 0
+    assert any("NaN" in p for p in observation.problems)

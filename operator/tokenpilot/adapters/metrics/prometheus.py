@@ -76,6 +76,9 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
     )
 
 
+_COUNTED = ("waiting", "running", "kv_cache_usage", "num_series", "freshest_sample")
+
+
 class PrometheusSource:
     """Reads a service's signals from a Prometheus server; see the module docstring."""
 
@@ -133,11 +136,23 @@ class PrometheusSource:
     def _observation(
         self, target: ServiceTarget, now_s: float, values: dict[str, tuple[float, float] | None]
     ) -> Observation:
+        problems = []
+        # A count, a gauge or a timestamp that is NaN or infinite is no reading at all (never a
+        # zero: read as one, it would scale a loaded fleet down). Quantiles keep their NaN:
+        # _latency reads it together with the sample count.
+        unreadable = [
+            name
+            for name in _COUNTED
+            if values[name] is not None and not math.isfinite(values[name][0])  # type: ignore[index]
+        ]
+        if unreadable:
+            problems.append(f"prometheus answered NaN or Inf for {', '.join(unreadable)}")
+            values = {k: (None if k in unreadable else v) for k, v in values.items()}
+
         def value(name: str) -> float | None:
             found = values[name]
             return None if found is None else found[0]
 
-        problems = []
         num_series = int(value("num_series") or 0)
         if num_series < len(target.pods):
             problems.append(
