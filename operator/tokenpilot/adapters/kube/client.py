@@ -71,6 +71,12 @@ class KubeClient:
         if query:
             path = f"{path}?{urlencode(query)}"
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if "yaml" in content_type and body is not None:
+            # Server-side apply reads YAML; the client would send JSON with \uXXXX escapes,
+            # and YAML refuses the surrogate pairs of a character beyond the BMP (an emoji in
+            # a model name: "found invalid Unicode character escape code", found by fuzzing).
+            # JSON in UTF-8 is YAML as it is.
+            body = json.dumps(body, ensure_ascii=False).encode()
         serialized = self.api.param_serialize(
             method,
             path,
