@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # httpx logs every request at INFO: one line per engine scrape, 200 lines/s with
+        # 1,000 autoscaled services (bench/soak.py); failures still reach the log as ours.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.resync_interval <= 0:
         raise SystemExit("--resync-interval must be a positive number of seconds")
     election = leader_election(args)
