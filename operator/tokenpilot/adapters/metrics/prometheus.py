@@ -102,7 +102,16 @@ class PrometheusSource:
         names = list(Queries.__dataclass_fields__)
         try:
             async with asyncio.timeout(self._timeout_s):
-                results = await asyncio.gather(*(self._scalar(getattr(exprs, n)) for n in names))
+                # Every query is waited for, failed or not: gather alone would return at the
+                # first error and leave the others running with nobody to read their errors
+                # (a traceback at shutdown when Prometheus had gone, found by tests/chaos).
+                answers = await asyncio.gather(
+                    *(self._scalar(getattr(exprs, n)) for n in names), return_exceptions=True
+                )
+            failed = [a for a in answers if isinstance(a, BaseException)]
+            if failed:
+                raise failed[0]
+            results = [a for a in answers if not isinstance(a, BaseException)]
         except (TimeoutError, httpx.TimeoutException):
             return self._blind(target, now_s, f"no answer within {self._timeout_s:g} s")
         # A refused connection, an error status or an answer that is not the query API's:
