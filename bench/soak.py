@@ -310,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             },
             "operator_alive": operator.poll() is None,
             "tracebacks_in_operator_log": log.read_text(errors="replace").count("Traceback"),
+            "evaluations_over_their_time_limit": log.read_text(errors="replace").count(
+                "evaluation took over"
+            ),
         }
         print(json.dumps(figures, indent=2), flush=True)
         if args.json:
