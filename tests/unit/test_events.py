@@ -12,7 +12,7 @@ from tokenpilot.core.events import ServiceEvent, reconcile_events, scale_event
 from tokenpilot.core.status import DeploymentFacts, autoscaler_status, desired_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
-READY = DeploymentFacts(1, 1, 2, 2, 2, 2)
+READY = DeploymentFacts(1, 1, 2, 2, 2, 2, available_replicas=2)
 
 
 def status(problem: str | None = None, budget: int = 2048) -> dict[str, Any]:
