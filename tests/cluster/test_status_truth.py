@@ -8,6 +8,7 @@ kubelet would write them; the operator reads them from there.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -219,8 +220,9 @@ def test_pods_that_cannot_be_scheduled_name_the_schedulers_reason(
         timeout_s=60,
         what="Unschedulable and the scheduler's reason",
     )
+    # At least one of the five (earlier tests' pods may still hold L40S GPUs for a moment).
     message = condition(status, "Ready")["message"]
-    assert "1 of 5" in message
+    assert re.search(r"[1-5] of 5 engine pods Unschedulable", message), message
 
 
 def test_an_image_that_cannot_be_pulled(client: KubeClient, namespace: str, operator: None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from pydantic import ValidationError
 
 from tokenpilot.api.llmservice import LLMServiceSpec, SloSpec

@@ -20,9 +20,7 @@ MAX_CONDITION_CHARS = 300
 
 def _refusal(svc: LLMService, nodes=CLUSTER) -> TokenPilotError:  # type: ignore[no-untyped-def]
     with pytest.raises(TokenPilotError) as err:
-        plan(
-            svc, nodes=nodes, by_name=by_name, by_product=by_product, service_monitor_served=False
-        )
+        plan(svc, nodes=nodes, by_name=by_name, by_product=by_product, service_monitor_served=False)
     return err.value
 
 

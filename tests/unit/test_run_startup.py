@@ -56,7 +56,9 @@ def unreachable_kubeconfig(tmp_path: Path) -> Path:
     path.write_text(
         f"""apiVersion: v1
 kind: Config
-clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}", insecure-skip-tls-verify: true}}}}]
+clusters:
+- name: c
+  cluster: {{server: "https://127.0.0.1:{port}", insecure-skip-tls-verify: true}}
 users: [{{name: u, user: {{token: abc}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
@@ -75,7 +77,8 @@ def busy_port() -> Iterator[int]:
 
 @pytest.mark.parametrize("port", ["99999", "0", "-1", "http"])
 def test_a_metrics_port_out_of_range(tmp_path: Path, unreachable_kubeconfig: Path, port: str):
-    code, err = run("--kubeconfig", str(unreachable_kubeconfig), "--metrics-port", port, home=tmp_path)
+    kubeconfig = str(unreachable_kubeconfig)
+    code, err = run("--kubeconfig", kubeconfig, "--metrics-port", port, home=tmp_path)
     assert_one_line(code, err, f"--metrics-port {port}", "1 to 65535")
 
 

@@ -76,7 +76,8 @@ def test_unprofiled_products_are_named_with_where_their_profile_goes() -> None:
     nodes = (node("x", "NVIDIA-Mystery", 8),)
     with pytest.raises(Infeasible, match="NVIDIA-Mystery, so no SKU can be chosen; add") as err:
         choose("auto", nodes=nodes)
-    assert err.value.detail is not None and "unprofiled products: NVIDIA-Mystery" in err.value.detail
+    detail = err.value.detail
+    assert detail is not None and "unprofiled products: NVIDIA-Mystery" in detail
 
 
 PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S", "NVIDIA-L4", "NVIDIA-Mystery", None]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpilot_lab.devcluster.errors import ImageMapError
 from tokenpilot_lab.inputfile import InputFile
@@ -22,13 +22,27 @@ PLACEHOLDERS = ("{python}", "{args}", "{pod_ip}", "{port}")
 
 
 class ImageRule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Either a `command` the image runs as, or the `pullError` pulling it fails with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: str = Field(min_length=1, description="glob over the full image reference")
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(default_factory=list)
     # The container's args when the image runs as a container (host network, so a server must
     # bind the pod IP): `{args}` is the pod's args. Default: the pod's args unchanged.
     container_args: list[str] = Field(default_factory=lambda: ["{args}"])
+    pull_error: str | None = Field(
+        None,
+        alias="pullError",
+        description="the image cannot be pulled: the container waits in ErrImagePull, then "
+        "ImagePullBackOff, with this error, as on a node that cannot reach the registry",
+    )
+
+    @model_validator(mode="after")
+    def _command_or_pull_error(self) -> ImageRule:
+        if bool(self.command) == (self.pull_error is not None):
+            raise ValueError("give either command (what the image runs) or pullError, not both")
+        return self
 
     @field_validator("command", "container_args")
     @classmethod

@@ -508,7 +508,9 @@ class AutoscalingSpec(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=_cel(MIN_WITHIN_MAX))
 
-    @field_validator("interval", "scale_up_stabilization", "scale_down_stabilization", mode="before")
+    @field_validator(
+        "interval", "scale_up_stabilization", "scale_down_stabilization", mode="before"
+    )
     @classmethod
     def _windows(cls, value: object, info: ValidationInfo) -> object:
         interval = info.field_name == "interval"

@@ -27,8 +27,8 @@ from tokenpilot.api.llmservice import (
     BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
-from tokenpilot.core.batching import Bound
 from tokenpilot.api.units import GPU_MEMORY_UTILIZATION, ITL_P99, TTFT_P99
+from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import check_fraction, format_duration_s, parse_within
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend

@@ -107,9 +107,13 @@ def pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
         if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
             return PodFailure("Unschedulable", name, _first_sentence(condition.get("message", "")))
     specs = {c.get("name"): c for c in pod.get("spec", {}).get("containers") or []}
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
     found = [
         failure
-        for s in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        for s in statuses
         if (failure := _container_failure(name, specs.get(s.get("name"), {}), s)) is not None
     ]
     return min(found, key=lambda f: ORDER.index(f.reason), default=None)
