@@ -32,6 +32,16 @@ class KubeError(Exception):
         self.body = body or {}
 
 
+class KubeconfigError(KubeError):
+    """The kubeconfig cannot be used: `source` says where it came from (the path, or how it
+    was found) and `reason` what is wrong, in one line."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(0, f"cannot use kubeconfig {source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
 class NotFound(KubeError):
     """404: the object (or its API) does not exist."""
 
@@ -110,18 +120,32 @@ class KubeClient:
         self.api.close()  # type: ignore[no-untyped-call]
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
-    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster;
+    KubeconfigError when the kubeconfig cannot be used."""
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        where = path or "~/.kube/config"
+        if path and not os.path.isfile(path):
+            raise KubeconfigError(where, "no such file")
         try:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, client_configuration=configuration
             )
         except (k8s_config.ConfigException, OSError) as exc:
-            where = path or "~/.kube/config"
-            raise KubeError(0, f"cannot use kubeconfig {where}: {exc}") from None
+            raise KubeconfigError(where, _first_line(exc)) from None
+        except Exception as exc:
+            # The loader trusts the file's shape: YAML errors, TypeError on a list or a string,
+            # UnicodeDecodeError on binary. Each means "this is not a kubeconfig".
+            raise KubeconfigError(
+                where, f"not a kubeconfig ({type(exc).__name__}: {_first_line(exc)[:120]})"
+            ) from None
     else:
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
