@@ -27,7 +27,7 @@ class ImageRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: str = Field(min_length=1, description="glob over the full image reference")
-    command: list[str] = Field(default_factory=list)
+    command: list[str] | None = Field(None, min_length=1)
     # The container's args when the image runs as a container (host network, so a server must
     # bind the pod IP): `{args}` is the pod's args. Default: the pod's args unchanged.
     container_args: list[str] = Field(default_factory=lambda: ["{args}"])
@@ -40,14 +40,14 @@ class ImageRule(BaseModel):
 
     @model_validator(mode="after")
     def _command_or_pull_error(self) -> ImageRule:
-        if bool(self.command) == (self.pull_error is not None):
+        if (self.command is None) == (self.pull_error is None):
             raise ValueError("give either command (what the image runs) or pullError, not both")
         return self
 
     @field_validator("command", "container_args")
     @classmethod
-    def _known_placeholders(cls, command: list[str]) -> list[str]:
-        for word in command:
+    def _known_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        for word in command or []:
             for name in re.findall(r"\{[^{}]*\}", word):
                 if name not in PLACEHOLDERS:
                     raise ValueError(
@@ -127,7 +127,7 @@ def render_command(
     python: str = sys.executable,
 ) -> list[str]:
     """The argv to run: `{args}` alone in a word splices the container args in."""
-    return _render(rule.command, args=args, pod_ip=pod_ip, port=port, python=python)
+    return _render(rule.command or [], args=args, pod_ip=pod_ip, port=port, python=python)
 
 
 def render_container_args(
