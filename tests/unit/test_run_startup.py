@@ -133,6 +133,20 @@ def test_a_garbage_kubeconfig(tmp_path: Path, content: str) -> None:
     assert_one_line(code, err, "--kubeconfig", str(path))
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [("just a string", "holds a YAML str, not a mapping"), ("", "empty")],
+)
+def test_a_kubeconfig_of_the_wrong_shape_is_said_of_the_file(
+    tmp_path: Path, content: str, said: str
+) -> None:
+    # Not the loader's TypeError on its internals: a user cannot act on that.
+    path = tmp_path / "garbage"
+    path.write_text(content)
+    code, err = run("--kubeconfig", str(path), home=tmp_path)
+    assert_one_line(code, err, said)
+
+
 def test_a_kubeconfig_that_does_not_exist(tmp_path: Path) -> None:
     code, err = run("--kubeconfig", str(tmp_path / "nowhere"), home=tmp_path)
     assert_one_line(code, err, "--kubeconfig", "nowhere")

@@ -125,6 +125,22 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def _what_it_is(path: str | None, exc: BaseException) -> str:
+    """Why the loader choked, said of the file rather than of the loader's internals."""
+    import yaml
+
+    try:
+        with open(os.path.expanduser(path or "~/.kube/config"), "rb") as stream:
+            document = yaml.safe_load(stream)
+    except Exception as error:
+        return f"{type(error).__name__}: {_first_line(error)[:120]}"
+    if document is None:
+        return "the file is empty"
+    if not isinstance(document, dict):
+        return f"the file holds a YAML {type(document).__name__}, not a mapping"
+    return f"{type(exc).__name__}: {_first_line(exc)[:120]}"
+
+
 def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
     """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster;
     KubeconfigError when the kubeconfig cannot be used."""
@@ -143,9 +159,7 @@ def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT
         except Exception as exc:
             # The loader trusts the file's shape: YAML errors, TypeError on a list or a string,
             # UnicodeDecodeError on binary. Each means "this is not a kubeconfig".
-            raise KubeconfigError(
-                where, f"not a kubeconfig ({type(exc).__name__}: {_first_line(exc)[:120]})"
-            ) from None
+            raise KubeconfigError(where, f"not a kubeconfig ({_what_it_is(path, exc)})") from None
     else:
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
