@@ -154,6 +154,22 @@ def test_a_missing_key_asks_for_the_key() -> None:
     assert "add the key token to Secret hf-token" in verdict(svc, failures, 1).message
 
 
+@pytest.mark.parametrize(
+    ("kubelet_says", "said"),
+    [
+        (
+            'Back-off pulling image "vllm/vllm-openai:v1": no such host',
+            'in ImagePullBackOff: Back-off pulling image "vllm/vllm-openai:v1": no such host',
+        ),
+        ("no such host", "in ImagePullBackOff pulling vllm/vllm-openai:v1: no such host"),
+    ],
+)
+def test_an_image_that_cannot_be_pulled_is_named_once(kubelet_says: str, said: str) -> None:
+    failures = pod_failures([pod(**waiting("ImagePullBackOff", kubelet_says))])
+    message = verdict(service(), failures, 1).message
+    assert f"1 of 1 engine pods {said}; correct engine.image" in message
+
+
 def test_oom_names_the_limit() -> None:
     body = pod(restartCount=1, lastState=crashed(137, reason="OOMKilled"))
     message = verdict(service(), pod_failures([body]), 1).message

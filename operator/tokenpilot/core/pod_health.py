@@ -149,7 +149,9 @@ def _what(reason: str, failure: PodFailure) -> str:
     if reason == "Unschedulable":
         return f"Unschedulable: {failure.cause}"
     if reason == "ImagePullBackOff":
-        return f"in ImagePullBackOff pulling {failure.image}: {failure.cause}"
+        # The kubelet's message usually names the image already: say it once.
+        pulling = "" if failure.image in failure.cause else f" pulling {failure.image}"
+        return f"in ImagePullBackOff{pulling}: {failure.cause}"
     if reason == "OOMKilled":
         return f"OOMKilled at their memory limit of {failure.memory_limit or 'the node'}"
     if reason == "CrashLoopBackOff":
