@@ -215,10 +215,14 @@ def test_pods_that_cannot_be_scheduled_name_the_schedulers_reason(
     body = sample(L40S, namespace)
     body["spec"]["replicas"] = 5  # the one L40S node has 4 GPUs
     create(client, body)
+    # The Deployment controller creates the five pods in batches (1, 2, 2), so the count is
+    # read once all five exist.
     status = eventually(
-        lambda: naming(client, namespace, "Unschedulable", "Insufficient nvidia.com/gpu"),
+        lambda: naming(
+            client, namespace, "Unschedulable", "Insufficient nvidia.com/gpu", "of 5 engine pods"
+        ),
         timeout_s=60,
-        what="Unschedulable and the scheduler's reason",
+        what="Unschedulable and the scheduler's reason, over all five pods",
     )
     # At least one of the five (earlier tests' pods may still hold L40S GPUs for a moment).
     message = condition(status, "Ready")["message"]
