@@ -2,28 +2,34 @@
 
     .venv/bin/python bench/step_model_fit.py [--markdown]
 
-Reads bench/data/published_steps.yaml. Every point is priced with the model of
-tokenpilot.core.steptime, written as a sum that is linear in the unknowns:
+Reads bench/data/published_steps.yaml and fits in two stages, each by least squares on relative
+errors (Levenberg-Marquardt; a handful of unknowns):
 
-    time = overhead(engine) x steps + compute floor / compute efficiency(architecture)
-         + memory floor / bandwidth efficiency + all-reduces x latency + all-reduce transfer
-
-so a weighted least-squares fit (relative errors) over the `role: fit` points gives:
+1. The overlap exponent p of the smooth roofline, on the `kernels` rows: the linear layers of one
+   layer timed alone on both sides of the ridge, as (FLOPs / achieved FLOPS)**p + (weight bytes /
+   achieved bandwidth)**p, to the power 1/p. One p pooled over the GPUs with kernel timings; each
+   GPU's kernel-level efficiencies are nuisance parameters (the profiles do not carry them).
+2. With p fixed, every `role: fit` point priced with the model of tokenpilot.core.steptime
+   (overhead + each kernel group's smooth roofline + all-reduces, step by step):
 
     bandwidth efficiency        one, pooled over the GPUs with published decode times
     compute efficiency          one per architecture with published prefill times
     overhead                    one per engine group (vllm-v1 is the one the profiles carry)
     all-reduce latency          one, pooled
 
-It prints the fitted values (the built-in profiles in policies/gpus/ carry them, rounded) and
-every point's prediction with the profiles' own parameters, fit and held-out apart. The held-out
-errors are the ones docs/tuning.md reports; tests/unit/test_steptime_published.py checks them.
+It prints the fitted values (the built-in profiles in policies/gpus/ carry them, rounded), the
+kernel rows beside the fit and the two limits (compute and memory added; the larger of the two),
+and every point's prediction with the profiles' own parameters, fit and held-out apart. The
+held-out errors are the ones docs/tuning.md reports; tests/unit/test_steptime_published.py checks
+them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +38,12 @@ import yaml
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.roofline import PrefillChunk, StepWork, attention_pairs, step_work
+from tokenpilot.core.roofline import PrefillChunk, StepWork, step_totals, step_work
 from tokenpilot.core.steptime import (
     DEFAULT_INTERCONNECT_GBPS,
     LINK_EFFICIENCY,
     StepTimeModel,
+    smooth_max,
     step_time_model,
 )
 
@@ -51,6 +58,7 @@ ARCHITECTURE = {
 # The engine group whose overhead the profiles carry; points of other engines use it too.
 SHIPPED_ENGINE = "vllm-v1"
 FITTED_ENGINES = ("vllm-v1", "vllm-ci-v0", "splitwise-2023")
+ARCHITECTURES = tuple(sorted(set(ARCHITECTURE.values())))
 
 
 @dataclass(frozen=True)
@@ -85,12 +93,25 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Terms:
-    """A point's time at 100 % of every rate, term by term (seconds)."""
+class KernelRows:
+    """One GPU's linear-layer timings of one layer, by tokens in the step."""
 
-    compute_floor_s: float
-    memory_floor_s: float
-    num_steps: int
+    id: str
+    gpu: str
+    flops_per_token: float
+    weight_bytes: float
+    ms_by_tokens: dict[int, float]
+    source: str
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One step of a point at 100 % of every rate, group by group (seconds)."""
+
+    linear_compute_s: float
+    linear_memory_s: float
+    attention_compute_s: float
+    attention_memory_s: float
     num_allreduces: int
     transfer_s: float
 
@@ -121,85 +142,192 @@ def load_points() -> tuple[list[Point], dict[str, str]]:
     return points, data["sources"]
 
 
-def terms(point: Point, profile: GPUProfile) -> Terms:
+def load_kernels() -> list[KernelRows]:
+    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    return [
+        KernelRows(
+            id=k["id"],
+            gpu=k["gpu"],
+            flops_per_token=2.0 * k["paramsPerLayer"],
+            weight_bytes=float(k["paramsPerLayer"] * k["bytesPerParam"]),
+            ms_by_tokens={int(n): float(ms) for n, ms in k["msByTokens"].items()},
+            source=k["source"],
+        )
+        for k in data["kernels"]
+    ]
+
+
+def least_squares(
+    residuals: Callable[[list[float]], list[float]],
+    x0: Sequence[float],
+    lower: Sequence[float],
+) -> list[float]:
+    """Levenberg-Marquardt with a numerical Jacobian; `lower` bounds each unknown."""
+    x = list(x0)
+    r = residuals(x)
+    cost = sum(v * v for v in r)
+    damping = 1e-3
+    for _ in range(500):
+        jacobian = []
+        for i in range(len(x)):
+            step = 1e-7 * max(abs(x[i]), 1e-9)
+            shifted = list(x)
+            shifted[i] += step
+            jacobian.append([(a - b) / step for a, b in zip(residuals(shifted), r, strict=True)])
+        n = len(x)
+        jtj = [
+            [sum(a * b for a, b in zip(jacobian[i], jacobian[j], strict=True)) for j in range(n)]
+            for i in range(n)
+        ]
+        jtr = [-sum(a * b for a, b in zip(jacobian[i], r, strict=True)) for i in range(n)]
+        while True:
+            damped = [
+                [v * (1 + damping) if i == j else v for j, v in enumerate(row)]
+                for i, row in enumerate(jtj)
+            ]
+            delta = solve_linear(damped, jtr)
+            trial = [max(lo, v + d) for v, d, lo in zip(x, delta, lower, strict=True)]
+            trial_r = residuals(trial)
+            trial_cost = sum(v * v for v in trial_r)
+            if trial_cost < cost:
+                converged = cost - trial_cost < 1e-14 * max(cost, 1e-30)
+                x, r, cost = trial, trial_r, trial_cost
+                damping = max(damping / 3, 1e-12)
+                break
+            damping *= 4
+            if damping > 1e12:
+                return x
+        if converged:
+            return x
+    return x
+
+
+def solve_linear(matrix: list[list[float]], rhs: list[float]) -> list[float]:
+    """A square linear system by Gaussian elimination with partial pivoting."""
+    n = len(rhs)
+    a = [[*row, b] for row, b in zip(matrix, rhs, strict=True)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, n):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, n + 1):
+                a[r][c] -= factor * a[col][c]
+    x = [0.0] * n
+    for r in reversed(range(n)):
+        x[r] = (a[r][n] - sum(a[r][c] * x[c] for c in range(r + 1, n))) / a[r][r]
+    return x
+
+
+# ---- stage 1: the overlap exponent, on kernel timings ----
+
+
+def kernel_ms(
+    rows: KernelRows, profile: GPUProfile, tokens: int, inv_c: float, inv_m: float, p: float
+) -> float:
+    compute_ms = rows.flops_per_token * tokens / (profile.bf16_dense_tflops * 1e9) * inv_c
+    memory_ms = rows.weight_bytes / (profile.hbm_bandwidth_gbps * 1e6) * inv_m
+    return smooth_max(compute_ms, memory_ms, p)
+
+
+def fit_overlap(kernels: list[KernelRows]) -> dict[str, float]:
+    """p pooled over every GPU's kernel rows, with each GPU's kernel efficiencies."""
+    catalog = load_builtin_catalog()
+
+    def residuals(x: list[float]) -> list[float]:
+        p = x[-1]
+        out = []
+        for i, rows in enumerate(kernels):
+            profile = catalog.get(rows.gpu)
+            for tokens, ms in rows.ms_by_tokens.items():
+                predicted = kernel_ms(rows, profile, tokens, x[2 * i], x[2 * i + 1], p)
+                out.append(predicted / ms - 1)
+        return out
+
+    x0 = [1 / 0.75] * (2 * len(kernels)) + [1.5]
+    x = least_squares(residuals, x0, [1.0] * len(x0))
+    fitted = {"overlap exponent": x[-1]}
+    for i, rows in enumerate(kernels):
+        fitted[f"kernel compute efficiency {rows.gpu}"] = 1 / x[2 * i]
+        fitted[f"kernel bandwidth efficiency {rows.gpu}"] = 1 / x[2 * i + 1]
+    return fitted
+
+
+# ---- stage 2: efficiencies, overheads and all-reduce latency, with p fixed ----
+
+
+def point_terms(point: Point, profile: GPUProfile) -> list[StepTerms]:
     work: StepWork = step_work(point.shape, point.tp)
     link = (profile.interconnect_gbps or DEFAULT_INTERCONNECT_GBPS) * 1e9 * LINK_EFFICIENCY
-    compute = memory = transfer = 0.0
-    steps = point.steps()
-    for num_decodes, context, chunks in steps:
-        num_tokens = num_decodes + sum(c.num_new_tokens for c in chunks)
-        kv_read = context + sum(c.num_computed_tokens for c in chunks)
-        compute += work.flops(num_tokens, attention_pairs(context, chunks))
-        memory += work.bytes_moved(num_tokens, kv_read)
-        transfer += work.num_allreduces * work.allreduce_bytes_per_token * num_tokens / link
-    return Terms(
-        compute_floor_s=compute / (profile.bf16_dense_tflops * 1e12),
-        memory_floor_s=memory / (profile.hbm_bandwidth_gbps * 1e9),
-        num_steps=len(steps),
-        num_allreduces=work.num_allreduces * len(steps),
-        transfer_s=transfer,
-    )
+    flops_s = 1 / (profile.bf16_dense_tflops * 1e12)
+    bytes_s = 1 / (profile.hbm_bandwidth_gbps * 1e9)
+    terms = []
+    for num_decodes, context, chunks in point.steps():
+        num_tokens, pairs, kv_read = step_totals(num_decodes, context, chunks)
+        terms.append(
+            StepTerms(
+                linear_compute_s=work.flops_per_token * num_tokens * flops_s,
+                linear_memory_s=work.weight_bytes * bytes_s,
+                attention_compute_s=work.flops_per_pair * pairs * flops_s,
+                attention_memory_s=work.kv_bytes_per_token * (kv_read + num_tokens) * bytes_s,
+                num_allreduces=work.num_allreduces,
+                transfer_s=work.num_allreduces * work.allreduce_bytes_per_token * num_tokens / link,
+            )
+        )
+    return terms
 
 
 def unknowns() -> list[str]:
     return [
         "1/bandwidth efficiency",
-        *(f"1/compute efficiency {a}" for a in sorted(set(ARCHITECTURE.values()))),
+        *(f"1/compute efficiency {a}" for a in ARCHITECTURES),
         *(f"overhead s {e}" for e in FITTED_ENGINES),
         "all-reduce latency s",
     ]
 
 
-def row(point: Point, t: Terms) -> list[float]:
-    names = unknowns()
-    coefficients = [0.0] * len(names)
-    coefficients[names.index("1/bandwidth efficiency")] = t.memory_floor_s
-    coefficients[names.index(f"1/compute efficiency {ARCHITECTURE[point.gpu]}")] = t.compute_floor_s
+def point_s(point: Point, terms: list[StepTerms], x: dict[str, float], p: float) -> float:
+    """The point's time in seconds under the unknowns `x` and overlap exponent `p`."""
+    inv_m = x["1/bandwidth efficiency"]
+    inv_c = x[f"1/compute efficiency {ARCHITECTURE[point.gpu]}"]
     engine = point.engine if point.engine in FITTED_ENGINES else SHIPPED_ENGINE
-    coefficients[names.index(f"overhead s {engine}")] = t.num_steps
-    coefficients[names.index("all-reduce latency s")] = t.num_allreduces
-    return coefficients
+    overhead_s = x[f"overhead s {engine}"]
+    latency_s = x["all-reduce latency s"]
+    return sum(
+        overhead_s
+        + smooth_max(t.linear_compute_s * inv_c, t.linear_memory_s * inv_m, p)
+        + smooth_max(t.attention_compute_s * inv_c, t.attention_memory_s * inv_m, p)
+        + t.num_allreduces * latency_s
+        + t.transfer_s
+        for t in terms
+    )
 
 
-def solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
-    """Least squares by the normal equations and Gaussian elimination (a few unknowns)."""
-    n = len(matrix[0])
-    ata = [[sum(r[i] * r[j] for r in matrix) for j in range(n)] for i in range(n)]
-    atb = [sum(r[i] * b for r, b in zip(matrix, rhs, strict=True)) for i in range(n)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(ata[r][col]))
-        ata[col], ata[pivot] = ata[pivot], ata[col]
-        atb[col], atb[pivot] = atb[pivot], atb[col]
-        for r in range(col + 1, n):
-            factor = ata[r][col] / ata[col][col]
-            for c in range(col, n):
-                ata[r][c] -= factor * ata[col][c]
-            atb[r] -= factor * atb[col]
-    x = [0.0] * n
-    for r in reversed(range(n)):
-        x[r] = (atb[r] - sum(ata[r][c] * x[c] for c in range(r + 1, n))) / ata[r][r]
-    return x
-
-
-def fit(points: list[Point]) -> dict[str, float]:
-    """The fitted parameters: efficiencies, overheads in ms, all-reduce latency in us."""
+def fit(points: list[Point], kernels: list[KernelRows] | None = None) -> dict[str, float]:
+    """The fitted parameters: p (stage 1), then efficiencies, overheads in ms and the
+    all-reduce latency in us on the `fit` points with p fixed (stage 2)."""
+    overlap = fit_overlap(load_kernels() if kernels is None else kernels)
+    p = overlap["overlap exponent"]
     catalog = load_builtin_catalog()
-    matrix, rhs = [], []
-    for point in points:
-        if point.role != "fit":
-            continue
-        t = terms(point, catalog.get(point.gpu))
-        target_s = point.published_ms / 1e3
-        # Relative errors: each row divided by its own published time.
-        matrix.append([c / target_s for c in row(point, t)])
-        rhs.append((target_s - t.transfer_s) / target_s)
-    x = dict(zip(unknowns(), solve(matrix, rhs), strict=True))
-    fitted = {"bandwidth efficiency": 1 / x["1/bandwidth efficiency"]}
-    for arch in sorted(set(ARCHITECTURE.values())):
+    fit_points = [(pt, point_terms(pt, catalog.get(pt.gpu))) for pt in points if pt.role == "fit"]
+    names = unknowns()
+
+    def residuals(values: list[float]) -> list[float]:
+        x = dict(zip(names, values, strict=True))
+        return [point_s(pt, terms, x, p) * 1e3 / pt.published_ms - 1 for pt, terms in fit_points]
+
+    start = {n: 1 / 0.8 if n.startswith("1/") else 1e-3 for n in names}
+    start["all-reduce latency s"] = 30e-6
+    lower = [1.0 if n.startswith("1/") else 0.0 for n in names]
+    values = least_squares(residuals, [start[n] for n in names], lower)
+    x = dict(zip(names, values, strict=True))
+    fitted = {"overlap exponent": p, "bandwidth efficiency": 1 / x["1/bandwidth efficiency"]}
+    for arch in ARCHITECTURES:
         fitted[f"compute efficiency {arch}"] = 1 / x[f"1/compute efficiency {arch}"]
     for engine in FITTED_ENGINES:
         fitted[f"overhead ms {engine}"] = x[f"overhead s {engine}"] * 1e3
     fitted["all-reduce latency us"] = x["all-reduce latency s"] * 1e6
+    fitted.update({k: v for k, v in overlap.items() if k != "overlap exponent"})
     return fitted
 
 
@@ -216,19 +344,56 @@ def engine_overhead_ms(point: Point, fitted: dict[str, float], model: StepTimeMo
     return model.parameters.overhead_ms.value
 
 
-def report(markdown: bool) -> int:
-    points, _ = load_points()
-    fitted = fit(points)
-    catalog = load_builtin_catalog()
-    print("fitted parameters (the profiles carry these, rounded):")
-    for name, value in fitted.items():
-        print(f"  {name:34s} {value:8.3f}")
-    print()
-    header = ("point", "role", "published ms", "predicted ms", "error")
+def _table(markdown: bool, header: Sequence[str], rows: list[Sequence[str]]) -> None:
     if markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
+        for cells in rows:
+            print("| " + " | ".join(cells) + " |")
+    else:
+        for cells in [header, *rows]:
+            print("  " + " ".join(f"{c:>12s}" if i else f"{c:32s}" for i, c in enumerate(cells)))
+
+
+def report(markdown: bool) -> int:
+    points, _ = load_points()
+    kernels = load_kernels()
+    fitted = fit(points, kernels)
+    catalog = load_builtin_catalog()
+    print("fitted parameters (the profiles carry these, rounded; kernel-level ones are not):")
+    for name, value in fitted.items():
+        print(f"  {name:44s} {value:8.3f}")
+    for rows in kernels:
+        alone = fit_overlap([rows])["overlap exponent"]
+        print(f"  {'overlap exponent, ' + rows.gpu + ' kernels alone':44s} {alone:8.3f}")
+    p = fitted["overlap exponent"]
+    print(
+        "\nkernel rows: one layer's linear layers, ms (fit; the sum and the max at the same "
+        "efficiencies)\n"
+    )
+    kernel_rows = []
+    for rows in kernels:
+        profile = catalog.get(rows.gpu)
+        inv_c = 1 / fitted[f"kernel compute efficiency {rows.gpu}"]
+        inv_m = 1 / fitted[f"kernel bandwidth efficiency {rows.gpu}"]
+        for tokens, ms in rows.ms_by_tokens.items():
+            smooth = kernel_ms(rows, profile, tokens, inv_c, inv_m, p)
+            added = kernel_ms(rows, profile, tokens, inv_c, inv_m, 1.0)
+            larger = kernel_ms(rows, profile, tokens, inv_c, inv_m, math.inf)
+            kernel_rows.append(
+                (
+                    rows.gpu,
+                    f"{tokens}",
+                    f"{ms:g}",
+                    f"{smooth:.3f} ({smooth / ms - 1:+.0%})",
+                    f"{added / ms - 1:+.0%}",
+                    f"{larger / ms - 1:+.0%}",
+                )
+            )
+    _table(markdown, ("GPU", "tokens", "measured ms", f"p {p:.2f}", "sum", "max"), kernel_rows)
+    print()
     worst = 0.0
+    point_rows = []
     for point in points:
         profile = catalog.get(point.gpu)
         model = step_time_model(profile, point.shape, point.tp)
@@ -236,17 +401,11 @@ def report(markdown: bool) -> int:
         error = predicted / point.published_ms - 1
         if point.role == "heldout":
             worst = max(worst, abs(error))
-        cells = (
-            point.id,
-            point.role,
-            f"{point.published_ms:g}",
-            f"{predicted:.1f}",
-            f"{error:+.0%}",
+        role = "held out" if point.role == "heldout" else point.role
+        point_rows.append(
+            (point.id, role, f"{point.published_ms:g}", f"{predicted:.1f}", f"{error:+.0%}")
         )
-        if markdown:
-            print("| " + " | ".join(cells) + " |")
-        else:
-            print(f"  {cells[0]:32s} {cells[1]:8s} {cells[2]:>10s} {cells[3]:>10s} {cells[4]:>6s}")
+    _table(markdown, ("point", "role", "published ms", "predicted ms", "error"), point_rows)
     print(f"\nlargest held-out error: {worst:.0%}")
     return 0
 
@@ -262,4 +421,14 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ARCHITECTURE", "Point", "engine_overhead_ms", "fit", "load_points", "predict_ms"]
+__all__ = [
+    "ARCHITECTURE",
+    "KernelRows",
+    "Point",
+    "engine_overhead_ms",
+    "fit",
+    "fit_overlap",
+    "load_kernels",
+    "load_points",
+    "predict_ms",
+]

@@ -42,6 +42,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def create_token_secret(namespace: str, kubeconfig: Path) -> None:
+    must(
+        run(
+            "kubectl", "create", "secret", "generic", "hf-token", "-n", namespace,
+            "--from-literal=token=hf_not_a_real_token", kubeconfig=kubeconfig,
+        )
+    )  # fmt: skip
+
+
 def get_json(kind: str, name: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
     result = run("kubectl", "get", kind, name, "-n", namespace, "-o", "yaml", kubeconfig=kubeconfig)
     return yaml.safe_load(result.stdout) if result.returncode == 0 else None
@@ -238,6 +247,9 @@ def test_the_installed_operator_reconciles_a_sample(
         account = operator_pod["spec"]["serviceAccountName"]
         assert user["name"] == f"system:serviceaccount:{namespace}:{account}"
 
+    # As the README and the sample say: the gated model's token first (any value on a cluster
+    # whose engines are simulators), then the sample.
+    create_token_secret(namespace, kubeconfig)
     must(run("kubectl", "apply", "-n", namespace, "-f", str(SAMPLE), kubeconfig=kubeconfig))
     name = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
     wait_for(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 from _chaos import (
     Operator,
     check_invariants,
@@ -78,11 +77,6 @@ def test_crash_looping_engines_get_no_scale_up_spiral(
     check_invariants(client, namespace, {"crash": spec_of(body)})
 
 
-@pytest.mark.xfail(
-    reason="Degraded naming CrashLoopBackOff is issue 17's status truth (branch truth); "
-    "remove this mark once it is on main",
-    strict=False,
-)
 def test_crash_looping_engines_are_degraded_naming_crash_loop_back_off(
     client: KubeClient, namespace: str, operator: Operator
 ) -> None:

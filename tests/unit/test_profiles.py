@@ -53,7 +53,6 @@ def test_builtin_catalog_has_the_study_gpus_measured_and_the_others_marked_datas
         ("NVIDIA-GeForce-RTX-5090", "RTX-5090"),
         ("Quadro-RTX-6000", "RTX-6000"),
         ("NVIDIA-A100-SXM4-80GB", "A100-80GB"),
-        ("A100", "A100-40GB"),
         ("NVIDIA-L4", "L4"),
         ("NVIDIA-A10G", "A10G"),
     ],
@@ -69,7 +68,7 @@ def test_unknown_gpu_names_the_known_ones_and_the_fix():
     assert "'B200'" in message
     for name in CATALOG.names:
         assert name in message
-    assert "ConfigMap" in message
+    assert "add a profile for it" in message
 
 
 @pytest.mark.parametrize(
@@ -213,9 +212,15 @@ def test_every_builtin_measurement_is_physically_possible(profile: GPUProfile) -
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("computeEfficiency: {value: 0.53", "computeEfficiency: {value: 1.2", ["not below 1"]),
+        ("computeEfficiency: {value: 0.51", "computeEfficiency: {value: 1.2", ["not below 1"]),
         ("basis: fitted", "basis: guessed", ["stepModel.computeEfficiency.basis"]),
-        ("overheadMs: {value: 0.8", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
+        ("overheadMs: {value: 0.7", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
+        ("overlapExponent: {value: 1.6", "overlapExponent: {value: 0.5", ["is below 1"]),
+        (
+            "  overlapExponent: {value: 1.6",
+            "  unusedExponent: {value: 1.6",
+            ["stepModel.overlapExponent: missing", "stepModel.unusedExponent"],
+        ),
     ],
 )
 def test_bad_step_model_names_the_field(old: str, new: str, expected: list[str]):
@@ -233,6 +238,7 @@ def test_every_builtin_step_model_parameter_names_its_basis_and_data():
         for value in (
             params.compute_efficiency,
             params.bandwidth_efficiency,
+            params.overlap_exponent,
             params.overhead_ms,
             params.all_reduce_latency_us,
         ):

@@ -46,10 +46,18 @@ PAIRS = [
     "wmx-l4-qwen-0.5b",
     "lmdeploy-a10-7b",
 ]
-# Held-out points the model misses by more than 25 %, as docs/tuning.md says: Splitwise's H100
-# prompt phases of 256 and 512 tokens (52 and 84 ms) run faster than its own 1,024-token one
-# extrapolates; the 2023 vLLM build's small-prompt path is not what the fit describes.
-KNOWN_MISSES = {"splitwise-h100-prefill-256": 0.45, "splitwise-h100-prefill-512": 0.35}
+# The prompts near the ridge, all held out: the overlap exponent is fitted on kernel timings, and
+# these end-to-end times check it on two architectures (docs/tuning.md, "The smooth roofline").
+NEAR_RIDGE = [
+    "splitwise-a100-prefill-128",
+    "splitwise-a100-prefill-256",
+    "splitwise-a100-prefill-512",
+    "splitwise-h100-prefill-128",
+    "splitwise-h100-prefill-256",
+    "splitwise-h100-prefill-512",
+    "trtllm-a100-7b-128",
+    "trtllm-a100-70b-tp4-128",
+]
 
 
 def _error(point_id: str) -> float:
@@ -70,6 +78,7 @@ def test_the_profiles_carry_the_fit() -> None:
         assert params.all_reduce_latency_us.value == pytest.approx(
             FITTED["all-reduce latency us"], abs=0.5
         )
+        assert params.overlap_exponent.value == pytest.approx(FITTED["overlap exponent"], abs=0.05)
     for gpu, arch in FIT.ARCHITECTURE.items():
         assert CATALOG.get(gpu).step_model.compute_efficiency.value == pytest.approx(  # type: ignore[union-attr]
             FITTED[f"compute efficiency {arch}"], abs=0.006
@@ -79,8 +88,18 @@ def test_the_profiles_carry_the_fit() -> None:
 def test_fit_and_held_out_points_are_disjoint_and_every_pair_is_held_out() -> None:
     roles = {p.role for p in POINTS}
     assert roles == {"fit", "heldout"}
-    for point_id in PAIRS:
+    for point_id in [*PAIRS, *NEAR_RIDGE]:
         assert BY_ID[point_id].role == "heldout", point_id
+
+
+def test_the_overlap_exponent_is_fitted_on_kernels_and_lies_between_sum_and_max() -> None:
+    kernels = FIT.load_kernels()
+    assert {k.gpu for k in kernels} >= {"A100-80GB", "H100-80GB"}
+    # Neither limit describes the kernels: p = 1 adds compute and memory, p = inf takes the max.
+    assert 1.2 < FITTED["overlap exponent"] < 3
+    for gpu in ("A100-80GB", "H100-80GB"):
+        assert FITTED[f"kernel compute efficiency {gpu}"] < 1
+        assert FITTED[f"kernel bandwidth efficiency {gpu}"] < 1
 
 
 @pytest.mark.parametrize("point_id", PAIRS)
@@ -88,10 +107,10 @@ def test_the_documented_pairs_are_within_25_percent(point_id: str) -> None:
     assert abs(_error(point_id)) <= 0.25
 
 
-def test_every_held_out_point_is_within_25_percent_or_a_documented_miss() -> None:
+def test_every_held_out_point_is_within_25_percent() -> None:
     for point in POINTS:
         if point.role == "heldout":
-            assert abs(_error(point.id)) <= KNOWN_MISSES.get(point.id, 0.25), point.id
+            assert abs(_error(point.id)) <= 0.25, point.id
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -43,11 +45,36 @@ def test_a_50ms_itl_leaves_an_h100_a_few_hundred_prefill_tokens_a_step():
     assert decision.max_num_seqs_words.startswith("max_num_seqs")
 
 
-@pytest.mark.parametrize("gpu", ["L40S", "RTX-6000"])
-def test_a_50ms_itl_is_out_of_reach_where_vllms_smallest_budget_is_slower(gpu: str):
-    # With max_num_seqs 256 vLLM accepts no budget under 256 tokens, and 255 of them beside one
-    # 4.6K-token decode already take 48 ms (L40S) or 98 ms (RTX 6000).
+@pytest.mark.parametrize("gpu", ["L40S", "RTX-5090"])
+def test_vllms_cap_comes_down_where_its_smallest_budget_breaks_the_itl(gpu: str):
+    # vLLM accepts no budget under max_num_seqs, and at its default cap of 256 the smallest
+    # step (255 prompt tokens beside one 4.6K-token decode) is over the 36 ms decode share of a
+    # 50 ms ITL on these GPUs; the cap comes down so a smaller budget is allowed.
     rec = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, HINTS)
+    decision = rec.decision
+    assert decision.feasible, rec.message
+    assert decision.max_num_seqs_source is SeqsSource.itl
+    assert decision.max_num_seqs < DEFAULT_MAX_NUM_SEQS
+    assert decision.max_num_seqs <= decision.token_budget
+    assert rec.predicted_itl_p99_s < SLO.itl_p99_s  # type: ignore[operator]
+    assert "lowered to" in decision.max_num_seqs_words
+    # The cap leaves a P99 prompt's share of prefill per step beside more than one decode.
+    assert rec.planned_decodes > 1
+
+
+def test_a_50ms_itl_and_2s_ttft_collide_on_an_rtx_6000():
+    # Even with the cap lowered, a step that fits 50 ms carries too few prompt tokens for a
+    # 4,096-token prompt to prefill within 2 s.
+    rec = recommend(CATALOG.get("RTX-6000"), LLAMA_8B, SLO, HINTS)
+    assert not rec.decision.feasible
+    assert "ITL 50 ms needs B <=" in rec.message and "TTFT 2.00 s" in rec.message
+
+
+def test_a_cap_the_user_sets_is_never_lowered():
+    hints = replace(HINTS, max_num_seqs=256)
+    rec = recommend(CATALOG.get("L40S"), LLAMA_8B, SLO, hints)
+    assert rec.decision.max_num_seqs == 256
+    assert rec.decision.max_num_seqs_source is SeqsSource.spec
     assert not rec.decision.feasible
     assert "smallest budget vLLM allows (256 tokens)" in rec.message
 
@@ -98,8 +125,11 @@ def test_itl_that_one_sequence_cannot_meet():
     rec = recommend(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS)
     assert not rec.decision.feasible
     assert "even one sequence" in rec.message
-    # Capping the engine cannot help ITL here; it would only make requests queue for slots.
-    assert rec.decision.max_num_seqs == 256
+    # The budget still honours ITL as far as it can: vLLM's smallest budget is max_num_seqs,
+    # so the cap comes down to one block and the step to one decode beside 15 prompt tokens.
+    assert rec.decision.max_num_seqs == BLOCK_SIZE
+    assert rec.decision.max_num_seqs_source is SeqsSource.itl
+    assert rec.predicted_itl_p99_s < rec.predicted_itl_p99_s_at_default
 
 
 @pytest.mark.parametrize(
@@ -114,9 +144,9 @@ def test_itl_that_one_sequence_cannot_meet():
             ),
         ),
         ("H100", WorkloadHints(prompt_p99_tokens=4096, expected_context_tokens=2500)),
-        ("L4", WorkloadHints(prompt_p99_tokens=4096, expected_context_tokens=2500)),
+        ("A100-80GB", WorkloadHints(prompt_p99_tokens=4096, expected_context_tokens=2500)),
         (
-            "L4",
+            "A100-80GB",
             WorkloadHints(
                 prompt_p99_tokens=12000, expected_context_tokens=12000, max_model_len=16384
             ),
@@ -124,6 +154,7 @@ def test_itl_that_one_sequence_cannot_meet():
     ],
 )
 def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
+    # Where vLLM's smallest budget fits the step limit, the cap stays vLLM's.
     decision = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints).decision
     assert decision.max_num_seqs == 256, decision.max_num_seqs_words
     assert decision.max_num_seqs_source is SeqsSource.vllm_default
@@ -259,8 +290,12 @@ def test_budget_is_a_block_multiple_within_vllms_limits(
     assert decision.token_budget % BLOCK_SIZE == 0
     assert decision.max_num_seqs <= decision.token_budget
     assert decision.token_budget <= hints.max_model_len * decision.max_num_seqs
-    # Never capped below what the KV cache holds at the expected context (or the user allows).
+    # Never capped below what the KV cache holds at the expected context (or the user allows),
+    # unless vLLM's smallest budget (max_num_seqs tokens) is itself over the step limit.
     allowed = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
-    assert decision.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
+    if decision.max_num_seqs_source is not SeqsSource.itl:
+        assert decision.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
+    else:
+        assert hints.max_num_seqs is None and "lowered to" in decision.max_num_seqs_words
     assert decision.max_num_seqs <= allowed
     assert decision.lower is not None and decision.upper is not None

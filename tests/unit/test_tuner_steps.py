@@ -105,12 +105,25 @@ def test_the_budget_is_sized_for_the_decodes_itl_allows_not_the_cap() -> None:
     assert seqs.problem is None
 
 
-def test_one_sequence_over_the_decode_share_is_a_problem_not_a_lower_cap() -> None:
-    # 20 ms of weights alone is over the 18 ms decode share of a 25 ms ITL target.
+def test_one_sequence_over_the_decode_share_is_a_problem_and_the_smallest_cap() -> None:
+    # 20 ms of weights alone is over the 18 ms decode share of a 25 ms ITL target: no cap meets
+    # it, and the budget honours ITL as far as it can (vLLM's smallest budget is the cap).
     slo = ServiceLevel(0.025, None)
     seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.02, slo, WorkloadHints())
-    assert (seqs.max_num_seqs, seqs.planned_decodes) == (256, 1)
+    assert (seqs.max_num_seqs, seqs.source, seqs.planned_decodes) == (16, SeqsSource.itl, 1)
     assert seqs.problem is not None and "even one sequence" in seqs.problem
+
+
+def test_vllms_cap_comes_down_to_leave_ttfts_prefill_beside_the_decodes() -> None:
+    # ITL 30 ms: a 24 ms step limit, 21.6 ms for decode. At vLLM's cap of 256 the smallest step
+    # (one decode of 1,000 tokens beside 255 prompt tokens) is 20 + 1 + 2.8 = 23.8 ms: over.
+    # TTFT 2 s allows floor(1.6 / 0.024) = 66 steps, so a 2,000-token prompt needs 31 tokens a
+    # step. A cap of 16 fits one decode beside 15 prompt tokens (too few); 32 fits one decode
+    # beside 31 (20 + 1 + 0.35 = 21.35 ms): the cap is 32.
+    slo = ServiceLevel(0.030, 2.0)
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.024, slo, WorkloadHints())
+    assert (seqs.max_num_seqs, seqs.source, seqs.planned_decodes) == (32, SeqsSource.itl, 1)
+    assert "lowered to 32" in seqs.words and seqs.problem is None
 
 
 # 2. upper bound

@@ -30,6 +30,7 @@ from tokenpilot.api.llmservice import (
     BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
+from tokenpilot.api.units import ITL_P99, TTFT_P99
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
@@ -60,6 +61,7 @@ from tokenpilot_lab.workload import (
 
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
 TABLE_WIDTH = 144
+SLO = "ttft=2s,itl=50ms"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +87,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODEL_PRESETS)}"
     )
     parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
-    parser.add_argument("--slo", default="ttft=2s,itl=50ms", help="e.g. ttft=2s,itl=50ms")
+    parser.add_argument(
+        "--slo", default=SLO, help=f"e.g. {SLO} (the units and ranges of slo.ttftP99, slo.itlP99)"
+    )
     parser.add_argument("--policy", default="all", help="all, or a comma list of policies")
     parser.add_argument(
         "--budget",
@@ -167,6 +171,12 @@ def _load_trace(args: argparse.Namespace) -> Trace:
             trace = _diurnal(args.mean_rps, args.duration, seed=args.seed)
     if args.from_s or args.to_s is not None:
         trace = window(trace, args.from_s, args.to_s)
+    if not trace.requests:
+        # Nothing to serve would score 100 % met; say so instead of printing a perfect table.
+        raise TraceError(
+            "no requests in the chosen span; widen --from/--to, or raise --mean-rps or --duration",
+            source=trace.name,
+        )
     factor = parse_rate(args.rate)
     return scale_rate(trace, factor) if factor != 1.0 else trace
 
@@ -189,19 +199,21 @@ def parse_rate(text: str) -> float:
 
 
 def parse_slo(text: str) -> tuple[float, float]:
-    """`ttft=2s,itl=50ms` -> (ttft_s, itl_s)."""
+    """`ttft=2s,itl=50ms` -> (ttft_s, itl_s); each value follows the API's rule for
+    slo.ttftP99 and slo.itlP99, with the same words when it does not."""
+    rules = {"ttft": TTFT_P99, "itl": ITL_P99}
     values: dict[str, float] = {}
     for part in text.split(","):
-        key, _, value = part.partition("=")
-        match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(ms|s)", value.strip())
-        if key.strip() not in ("ttft", "itl") or not match:
-            raise ValueError(
-                f"--slo {text!r}: write ttft=<n>s|ms,itl=<n>s|ms, e.g. ttft=2s,itl=50ms"
-            )
-        scale = 1e-3 if match.group(2) == "ms" else 1.0
-        values[key.strip()] = float(match.group(1)) * scale
-    if set(values) != {"ttft", "itl"} or min(values.values()) <= 0:
-        raise ValueError(f"--slo {text!r}: both ttft and itl must be given and positive")
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if key not in rules or not sep:
+            raise ValueError(f"--slo {text!r}: write ttft=<duration>,itl=<duration>, e.g. {SLO}")
+        try:
+            values[key] = rules[key].parse_s(value)
+        except ValueError as exc:
+            raise ValueError(f"--slo {text!r}: {key}: {exc}") from None
+    if set(values) != set(rules):
+        raise ValueError(f"--slo {text!r}: give both ttft and itl, e.g. {SLO}")
     return values["ttft"], values["itl"]
 
 

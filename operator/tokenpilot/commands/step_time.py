@@ -24,7 +24,16 @@ from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepBreakdown, StepTimeModel, step_time_model
 
 EXIT_BAD_INPUT = 2
-JSON_KEYS = ("step_s", "compute_s", "memory_s", "overhead_s", "allreduce_s", "floor_s", "bound")
+JSON_KEYS = (
+    "step_s",
+    "compute_s",
+    "memory_s",
+    "overlap_s",
+    "overhead_s",
+    "allreduce_s",
+    "floor_s",
+    "bound",
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +140,12 @@ def _as_text(args: argparse.Namespace, model: StepTimeModel, step: StepBreakdown
             step.memory_s,
             f"bytes at {p.bandwidth_efficiency.value:.0%} of {model.bandwidth_gbps:g} GB/s",
         ),
+        (
+            "overlap",
+            -step.overlap_s,
+            f"memory streamed while computing (each kernel group at p "
+            f"{p.overlap_exponent.value:g})",
+        ),
         ("overhead", step.overhead_s, "per step"),
         ("all-reduce", step.allreduce_s, f"tensor parallelism {model.tensor_parallel_size}"),
         (
@@ -140,13 +155,26 @@ def _as_text(args: argparse.Namespace, model: StepTimeModel, step: StepBreakdown
             f"{memory_floor_s * 1e3:.1f} ms; no GPU is faster",
         ),
     ]
+    memory_names = {"linear layers": "weights", "attention": "KV cache"}
+    groups = [
+        (
+            g.name,
+            g.time_s,
+            f"compute {g.compute_s * 1e3:.2f} ms, {memory_names.get(g.name, 'memory')} "
+            f"{g.memory_s * 1e3:.2f} ms",
+        )
+        for g in step.groups
+    ]
     return "\n".join(
         [
             f"{args.model} on {model.gpu}, tensor parallelism {model.tensor_parallel_size}: "
             f"{decodes} decodes of {context:,} tokens of context, {prefill:,} prefill tokens "
             f"after {prefill_context:,} computed",
             "",
-            *(f"  {name:<11}{seconds * 1e3:9.2f} ms  {why}" for name, seconds, why in rows),
+            *(f"  {name:<14}{seconds * 1e3:9.2f} ms  {why}" for name, seconds, why in rows),
+            "",
+            "  by kernel group (step = overhead + groups + all-reduce):",
+            *(f"  {name:<14}{seconds * 1e3:9.2f} ms  {why}" for name, seconds, why in groups),
             "",
             f"  {model.describe()}",
         ]

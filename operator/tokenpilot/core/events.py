@@ -2,8 +2,13 @@
 
 The reconciler's, from what one reconcile applied and how its status changed:
   Applied / DriftCorrected   objects were written (the first tuning rides on the first apply)
-  Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded)
+  Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded); an
+                             Infeasible one carries the refusal's longer reasons
+  <Reason>                   Degraded for a new reason (CrashLoopBackOff to OOMKilled, say):
+                             a Warning named for it
   Tuned                      status.tuning changed
+Each comes from a change of status, never from a pass that changed nothing, so a crash loop
+that goes on for an hour is one Event, not one per resync.
 The autoscaler's, from one decision: its reason code when the replicas move, and a Warning
 when it goes blind (missing, stale or partial metrics) for a new reason.
 """
@@ -39,10 +44,20 @@ def tuned_message(tuning: TuningStatus) -> str:
     )
 
 
+def _ready_reason(status: Mapping[str, Any]) -> str | None:
+    conditions = status.get("conditions") or []
+    return next((c.get("reason") for c in conditions if c["type"] == "Ready"), None)
+
+
 def reconcile_events(
-    trigger: str, applied: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+    trigger: str,
+    applied: Sequence[str],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    detail: str | None = None,
 ) -> list[ServiceEvent]:
-    """What one reconcile tells the user; `before` and `after` are the reconciler's status."""
+    """What one reconcile tells the user; `before` and `after` are the reconciler's status,
+    `detail` the longer reasons of a refused spec."""
     events = []
     old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
     tuned = None
@@ -61,6 +76,8 @@ def reconcile_events(
         message = next((c["message"] for c in conditions if c["type"] == phase), "") or next(
             (c["message"] for c in conditions if c["type"] == "Ready"), ""
         )
+        if phase == Phase.Infeasible and detail:
+            message = f"{message} ({detail})"
         events.append(
             ServiceEvent(
                 f"Phase{phase}",
@@ -68,6 +85,11 @@ def reconcile_events(
                 warning=phase in (Phase.Infeasible, Phase.Degraded),
             )
         )
+    elif after.get("phase") == Phase.Degraded and _ready_reason(before) != _ready_reason(after):
+        reason = _ready_reason(after) or "Degraded"
+        conditions = after.get("conditions", [])
+        message = next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
+        events.append(ServiceEvent(reason, message, warning=True))
     if tuned:
         events.append(ServiceEvent("Tuned", tuned))
     return events

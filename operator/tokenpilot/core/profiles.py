@@ -8,9 +8,10 @@ refused with a message that names the file, the field and the fix.
 
 A profile has three parts:
   - the datasheet (memory, peak bandwidth, dense BF16 FLOPS, interconnect) and the price;
-  - `stepModel`: the step-time model's parameters (compute and bandwidth efficiency, per-step
-    overhead, all-reduce latency), each with its basis (fitted, inherited, default) and the data
-    it came from, so a calibration run can write its own fit with its provenance;
+  - `stepModel`: the step-time model's parameters (compute and bandwidth efficiency, the
+    overlap exponent of the smooth roofline, per-step overhead, all-reduce latency), each with
+    its basis (fitted, inherited, default) and the data it came from, so a calibration run can
+    write its own fit with its provenance;
   - `measured`: step times measured on the SKU, with provenance, and the prefill threshold the
     tuner never exceeds. A measurement faster than the datasheet allows (its physical floor,
     `tokenpilot.core.roofline`) is refused with the file, the cell and the floor: no GPU can
@@ -164,6 +165,11 @@ class StepModelParameters(ApiModel):
     bandwidth_efficiency: FittedValue = Field(
         description="Achieved fraction of the datasheet memory bandwidth, below 1."
     )
+    overlap_exponent: FittedValue = Field(
+        description="p of the smooth roofline each kernel group is priced at, "
+        "(compute**p + memory**p)**(1/p): 1 adds the two (no overlap), larger values approach "
+        "the larger of the two (full overlap); at least 1."
+    )
     overhead_ms: FittedValue = Field(description="Fixed cost of a step (scheduling, launches).")
     all_reduce_latency_us: FittedValue = Field(
         description="Fixed cost of one tensor-parallel all-reduce."
@@ -179,6 +185,17 @@ class StepModelParameters(ApiModel):
             raise ValueError(
                 f"{value.value} is not below 1: an efficiency is achieved over the datasheet "
                 f"peak, and no kernel reaches the peak; write the fraction, e.g. 0.55"
+            )
+        return value
+
+    @field_validator("overlap_exponent")
+    @classmethod
+    def _at_least_one(cls, value: FittedValue) -> FittedValue:
+        if value.value < 1:
+            raise ValueError(
+                f"{value.value} is below 1: a kernel group cannot take longer than its compute "
+                f"and memory times added (p = 1); write 1 for no overlap, or the fitted value, "
+                f"e.g. 1.6"
             )
         return value
 
@@ -443,12 +460,19 @@ def _unit_of(leaf: str) -> str:
     return "see the field's description"
 
 
+# Where a missing profile goes depends on who loaded the catalog; the loaders say (see
+# adapters/profiles.py), and this is the fallback.
+HOW_TO_ADD = f"add a profile for it (same format as {EXAMPLE_PROFILE})"
+
+
 class ProfileCatalog:
-    """Profiles by name, alias and product label; lookups that miss list what is known."""
+    """Profiles by name, alias and product label; lookups that miss list what is known and
+    `how_to_add` a profile where this catalog came from."""
 
-    __slots__ = ("_by_key", "_profiles")
+    __slots__ = ("_by_key", "_profiles", "how_to_add")
 
-    def __init__(self, profiles: Iterable[GPUProfile]) -> None:
+    def __init__(self, profiles: Iterable[GPUProfile], how_to_add: str = HOW_TO_ADD) -> None:
+        self.how_to_add = how_to_add
         self._profiles: tuple[GPUProfile, ...] = tuple(sorted(profiles, key=lambda p: p.name))
         self._by_key: dict[str, GPUProfile] = {}
         for profile in self._profiles:
@@ -477,13 +501,21 @@ class ProfileCatalog:
 
     def get(self, name: str) -> GPUProfile:
         """The profile for a SKU name, alias or nvidia.com/gpu.product value."""
-        profile = self._by_key.get(normalise_key(name))
-        if profile is None:
+        key = normalise_key(name)
+        profile = self._by_key.get(key)
+        if profile is not None:
+            return profile
+        # A family name such as A100 stands for several SKUs: name them rather than guess.
+        family = [p.name for p in self._profiles if normalise_key(p.name).startswith(f"{key}-")]
+        if len(family) > 1:
             raise UnknownGPU(
-                f"unknown GPU {name!r}; known GPUs: {', '.join(self.names)}; add a profile "
-                f"for it (same format as {EXAMPLE_PROFILE}) to the GPU profiles ConfigMap"
+                f"GPU {name!r} is ambiguous: it could be {' or '.join(family)}; write one of them",
+                how_to_add=self.how_to_add,
             )
-        return profile
+        raise UnknownGPU(
+            f"unknown GPU {name!r} (known: {', '.join(self.names)}); {self.how_to_add}",
+            how_to_add=self.how_to_add,
+        )
 
     def by_product_label(self, label: str) -> GPUProfile:
         """The profile for a node's nvidia.com/gpu.product label value."""
@@ -516,4 +548,7 @@ def merge_catalogs(
             if measured is override.measured and step_model is override.step_model
             else override.model_copy(update={"measured": measured, "step_model": step_model})
         )
-    return ProfileCatalog(merged.values())
+    how_to_add = builtin.how_to_add
+    if isinstance(overrides, ProfileCatalog):
+        how_to_add = overrides.how_to_add
+    return ProfileCatalog(merged.values(), how_to_add)

@@ -1,15 +1,23 @@
-"""The LLMService status the operator should report, from what the Deployment says.
+"""The LLMService status the operator should report, from the Deployment and its pods.
 
-Readiness is a chain of small pure checks, each `facts -> (reason, message)` or None, tried in
-order; the first that speaks sets the phase:
-  infeasible   planning refused the spec              -> Infeasible
-  missing      no Deployment yet                      -> Pending
-  stalled      the rollout exceeded its deadline      -> Degraded
-  rolling      the Deployment has not caught up       -> Progressing
-  short        fewer ready replicas than asked        -> Progressing
-  ready        everything asked for is ready          -> Ready
-The reconciler's status excludes `autoscaling` and the MetricsAvailable condition, which
-belong to the autoscaler: each writer applies only what it owns (adapters/kube/status.py).
+Readiness is judged as `kubectl rollout status` judges a Deployment, then by the pods: a chain
+of small pure checks tried in order; the first that speaks sets the phase:
+  infeasible   planning refused the spec                          -> Infeasible
+  missing      no Deployment yet                                  -> Pending
+  failing      engine pods cannot run: CrashLoopBackOff, OOMKilled,
+               Unschedulable, ImagePullBackOff, a missing Secret
+               (core/pod_health.py names the cause and the fix)   -> Degraded
+  stalled      the rollout exceeded its progress deadline         -> Degraded
+  rolling      the Deployment has not caught up with its spec:
+               generation not observed, fewer updated replicas
+               than asked, old replicas left, updated ones not
+               yet available                                      -> Progressing
+  short        fewer ready replicas than asked                    -> Progressing
+  ready        all of the above match the spec                    -> Ready
+Ready and the condition of the phase carry the reason and one sentence; the others say only
+their reason, so a message is never repeated across four conditions. The reconciler's status
+excludes `autoscaling` and the MetricsAvailable condition, which belong to the autoscaler:
+each writer applies only what it owns (adapters/kube/status.py).
 
 status.tuning is the batching decision as the API publishes it (`tuning_status`).
 
@@ -38,12 +46,13 @@ from tokenpilot.api.llmservice import (
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import Decision, Reason
 from tokenpilot.core.batching import BatchingDecision, Bound
+from tokenpilot.core.pod_health import PodFailure, verdict
 from tokenpilot.core.render import endpoint, selector_string
 
 
 @dataclass(frozen=True)
 class DeploymentFacts:
-    """The parts of a Deployment's status that decide the service's."""
+    """The parts of a Deployment's spec and status that decide the service's."""
 
     generation: int
     observed_generation: int
@@ -51,6 +60,7 @@ class DeploymentFacts:
     replicas: int
     ready_replicas: int
     updated_replicas: int
+    available_replicas: int = 0
     progress_deadline_exceeded: bool = False
 
     @classmethod
@@ -66,8 +76,26 @@ class DeploymentFacts:
             replicas=int(status.get("replicas", 0)),
             ready_replicas=int(status.get("readyReplicas", 0)),
             updated_replicas=int(status.get("updatedReplicas", 0)),
+            available_replicas=int(status.get("availableReplicas", 0)),
             progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         )
+
+    @property
+    def rolled_out(self) -> bool:
+        """What `kubectl rollout status` waits for: the controller has seen this generation,
+        every replica runs the current template, no old one is left, and all are available."""
+        want = self.desired_replicas
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas == want
+            and self.replicas == want
+            and self.available_replicas == want
+        )
+
+    @property
+    def settled(self) -> bool:
+        """Rolled out with every replica ready: the pods need not be looked at."""
+        return self.rolled_out and self.ready_replicas == self.desired_replicas
 
 
 @dataclass(frozen=True)
@@ -79,31 +107,52 @@ class Readiness:
     message: str
 
 
-def _readiness(name: str, deployment: DeploymentFacts | None, problem: str | None) -> Readiness:
+def _rollout_words(d: DeploymentFacts) -> str:
+    want = d.desired_replicas
+    if d.observed_generation < d.generation:
+        return f"the Deployment controller has not yet seen generation {d.generation}"
+    if d.updated_replicas < want:
+        return f"{d.updated_replicas} of {want} replicas updated, {d.ready_replicas} ready"
+    if d.replicas > want:
+        old = d.replicas - d.updated_replicas
+        return f"{want} of {want} replicas updated, {old} old replica(s) pending termination"
+    return f"{want} of {want} replicas updated, {d.available_replicas} available"
+
+
+def _readiness(
+    service: LLMService,
+    deployment: DeploymentFacts | None,
+    problem: str | None,
+    failures: Sequence[PodFailure],
+    num_pods: int,
+) -> Readiness:
+    name = service.metadata.name
     if problem is not None:
         return Readiness(Phase.Infeasible, "Infeasible", problem)
     if deployment is None:
         return Readiness(Phase.Pending, "DeploymentMissing", f"creating Deployment {name}")
     d = deployment
+    if failures:
+        found = verdict(service, failures, num_pods)
+        return Readiness(Phase.Degraded, found.reason, found.message)
     if d.progress_deadline_exceeded:
         return Readiness(
             Phase.Degraded,
             "ProgressDeadlineExceeded",
-            f"the rollout of Deployment {name} stalled; see its events and pods",
+            f"the rollout of Deployment {name} made no progress within its deadline; see "
+            f"kubectl describe deployment {name} and its pods",
         )
-    if d.observed_generation < d.generation or d.updated_replicas < d.desired_replicas:
-        return Readiness(
-            Phase.Progressing,
-            "RollingOut",
-            f"{d.updated_replicas}/{d.desired_replicas} replicas updated, {d.ready_replicas} ready",
-        )
+    if not d.rolled_out:
+        return Readiness(Phase.Progressing, "RollingOut", _rollout_words(d))
     if d.ready_replicas < d.desired_replicas:
         return Readiness(
             Phase.Progressing,
             "ReplicasStarting",
-            f"{d.ready_replicas}/{d.desired_replicas} replicas ready",
+            f"{d.ready_replicas} of {d.desired_replicas} replicas ready",
         )
-    return Readiness(Phase.Ready, "ReplicasReady", f"{d.ready_replicas}/{d.desired_replicas} ready")
+    return Readiness(
+        Phase.Ready, "ReplicasReady", f"{d.ready_replicas} of {d.desired_replicas} replicas ready"
+    )
 
 
 def desired_status(
@@ -114,15 +163,18 @@ def desired_status(
     batching: BatchingDecision | None,
     problem: str | None,
     now: str,
+    pod_failures: Sequence[PodFailure] = (),
+    num_pods: int = 0,
 ) -> dict[str, Any]:
     """The status fields the reconciler owns, as the JSON to merge into .status.
 
-    `problem` is the message of a domain error (the spec is Infeasible or invalid); `now` is
-    used only for conditions whose status flips.
+    `problem` is the message of a domain error (the spec is Infeasible or invalid);
+    `pod_failures` are the engine pods that cannot run, out of `num_pods`; `now` is used only
+    for conditions whose status flips.
     """
     current = service.status
     generation = service.metadata.generation
-    readiness = _readiness(service.metadata.name, deployment, problem)
+    readiness = _readiness(service, deployment, problem, pod_failures, num_pods)
     conditions = [c for c in current.conditions if c.type in cond.RECONCILER_TYPES]
 
     def put(type_: str, on: bool, reason: str, message: str) -> None:
@@ -138,9 +190,15 @@ def desired_status(
         )
 
     phase = readiness.phase
+
+    def words(on: bool) -> str:
+        # Ready and the condition of the phase say why; the others give only their reason.
+        return readiness.message if on else ""
+
     put(cond.READY, phase is Phase.Ready, readiness.reason, readiness.message)
-    put(cond.PROGRESSING, phase is Phase.Progressing, readiness.reason, readiness.message)
-    put(cond.DEGRADED, phase is Phase.Degraded, readiness.reason, readiness.message)
+    progressing, degraded = phase is Phase.Progressing, phase is Phase.Degraded
+    put(cond.PROGRESSING, progressing, readiness.reason, words(progressing))
+    put(cond.DEGRADED, degraded, readiness.reason, words(degraded))
     put(
         cond.INFEASIBLE,
         phase is Phase.Infeasible,

@@ -3,9 +3,12 @@
 Algorithm; each numbered step is one function below, and every bound is a `Bound` (a kind,
 tokens and words):
   1. `choose_max_num_seqs`: the user's cap, else vLLM's 256 (or a smaller budget the spec sets).
-     It is not lowered for ITL or to the KV fit, because a request refused a slot waits a whole
-     output's worth of steps for one (TTFT breaks), while one more running sequence adds only
-     its KV read to a step, and vLLM's block manager admits only what the KV cache holds.
+     It is not lowered to the KV fit, because a request refused a slot waits a whole output's
+     worth of steps for one (TTFT breaks), while one more running sequence adds only its KV
+     read to a step, and vLLM's block manager admits only what the KV cache holds. It is lowered
+     for ITL only where it must be: vLLM needs a budget of at least max_num_seqs, so when a step
+     of that many tokens beside one decode is already over the decode share of the ITL limit
+     (an 8B model on an L40S at 50 ms), vLLM's cap becomes the largest whose step fits.
      The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
      at the expected context and whose step at the smallest budget vLLM allows (max_num_seqs
      tokens, the rest prefill, which costs its arithmetic) stays under the decode share of the
@@ -303,6 +306,21 @@ def choose_max_num_seqs(
     else:
         num_seqs, source = DEFAULT_MAX_NUM_SEQS, SeqsSource.vllm_default
         seqs_reason = f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
+    decode_limit_s = step_limit_s * DECODE_STEP_SHARE
+    if source is SeqsSource.vllm_default:
+        lowered = _lowered_for_itl(
+            prices, decode_limit_s, num_seqs, _prefill_per_step(prices, step_limit_s, slo)
+        )
+        if lowered is not None:
+            seqs_reason = (
+                f"vLLM's default cap of {num_seqs} sequences lowered to {lowered}: vLLM needs a "
+                f"budget of at least max_num_seqs, and a step of {_round_up(num_seqs)} tokens "
+                f"takes {format_duration_s(prices.smallest_step_s(1, num_seqs))} on {gpu}, over "
+                f"the {format_duration_s(decode_limit_s)} decode share of ITL "
+                f"{_target(slo.itl_p99_s)}; {lowered} leaves room for the prompt tokens TTFT "
+                "needs per step and as many decodes as fit beside them"
+            )
+            num_seqs, source = lowered, SeqsSource.itl
     context = prices.context_tokens
     kv_fit = max(1, capacity.max_concurrency)
     kv_reason = (
@@ -310,7 +328,6 @@ def choose_max_num_seqs(
         f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE}; vLLM admits by free blocks)"
     )
     itl = _target(slo.itl_p99_s)
-    decode_limit_s = step_limit_s * DECODE_STEP_SHARE
     max_decodes = min(kv_fit, num_seqs)
     planned = _largest(
         1, max_decodes, lambda s: prices.smallest_step_s(s, num_seqs) <= decode_limit_s
@@ -323,7 +340,7 @@ def choose_max_num_seqs(
             max_decodes=max_decodes,
             words=(
                 f"max_num_seqs {num_seqs}: {seqs_reason}; ITL {itl} cannot be met even by one "
-                "sequence, and a lower cap would only queue requests"
+                "sequence"
             ),
             problem=(
                 f"even one sequence at {context:,} tokens, beside the prefill of the smallest "
@@ -343,6 +360,46 @@ def choose_max_num_seqs(
     else:
         words = f"max_num_seqs {num_seqs}: {seqs_reason}; {kv_reason}"
     return SeqsChoice(num_seqs, source, planned, max_decodes, words)
+
+
+def _lowered_for_itl(
+    prices: StepPrices, decode_limit_s: float, num_seqs: int, prefill_per_step: int
+) -> int | None:
+    """A cap on running sequences below `num_seqs` when vLLM's smallest budget (max_num_seqs
+    tokens) must shrink for the step to fit the decode share of the step limit; None when it
+    need not, or when no cap lets even one decode beside a block of prefill fit.
+
+    The cap is the smallest that still carries `prefill_per_step` prompt tokens beside the
+    decodes that fit: every token of the smallest budget spent on prefill beyond that is a
+    decode the step could have carried instead."""
+    if prices.smallest_step_s(1, num_seqs) <= decode_limit_s:
+        return None
+    highest = _largest(
+        1,
+        num_seqs // BLOCK_SIZE,
+        lambda k: prices.smallest_step_s(1, k * BLOCK_SIZE) <= decode_limit_s,
+    )
+    if highest is None:
+        return BLOCK_SIZE
+
+    def decodes_beside(cap: int) -> int:
+        fit = _largest(1, cap, lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
+        return fit or 0
+
+    for k in range(1, highest + 1):
+        if k * BLOCK_SIZE - decodes_beside(k * BLOCK_SIZE) >= prefill_per_step:
+            return k * BLOCK_SIZE
+    return highest * BLOCK_SIZE
+
+
+def _prefill_per_step(prices: StepPrices, step_limit_s: float, slo: ServiceLevel) -> int:
+    """Prompt tokens a step must carry for a P99 prompt to prefill within TTFT in steps of the
+    limit (as step 3 reckons); without a TTFT target or a step limit, half of vLLM's default
+    cap, so prefill and decode share the smallest budget."""
+    if slo.ttft_p99_s is None or math.isinf(step_limit_s):
+        return DEFAULT_MAX_NUM_SEQS // 2
+    num_steps = max(1, math.floor(slo.ttft_p99_s * ITL_HEADROOM / step_limit_s + 1e-9))
+    return math.ceil(prices.prompt_tokens / num_steps)
 
 
 def step_frame(

@@ -50,7 +50,7 @@ from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
 from tokenpilot.adapters.metrics import MetricsSources, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, decide
+from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, Reason, decide
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.events import scale_event
@@ -103,6 +103,10 @@ class ServiceLoop:
     profile_of: Callable[[str], GPUProfile] | None = None
     history: History = field(default_factory=History)
     applied: dict[str, Any] | None = None
+    # Evaluations that scraped at least one pod. A P99 needs two scrapes, so the first one's
+    # missing P99 is expected: no Warning for it (an Event of a real gap waits for the second).
+    num_scrapes: int = 0
+    blind_unannounced: bool = False
 
     async def evaluate(self, body: Mapping[str, Any]) -> float:
         """One evaluation; returns the seconds to wait before the next."""
@@ -144,6 +148,7 @@ class ServiceLoop:
         now_s = clock.monotonic_s()
         source = self.runtime.sources.for_spec(service.spec.autoscaling.metrics)
         observation = await source.observe(target, now_s)
+        self.num_scrapes += observation.num_pods_scraped > 0
         decision = decide(policy, self.history, observation, now_s)
         self.history = decision.history
         try:
@@ -176,7 +181,12 @@ class ServiceLoop:
                 decision.reason,
             )
         previous = (self.applied or {}).get("autoscaling") or {}
-        event = scale_event(current, decision, previous.get("reasonCode"))
+        previous_code = None if self.blind_unannounced else previous.get("reasonCode")
+        event = scale_event(current, decision, previous_code)
+        first_scrape = decision.reason_code is Reason.missing_metrics and self.num_scrapes < 2
+        self.blind_unannounced = event is not None and event.warning and first_scrape
+        if self.blind_unannounced:
+            event = None
         if event is not None:
             await asyncio.to_thread(
                 post_event,

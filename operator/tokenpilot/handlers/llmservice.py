@@ -2,6 +2,8 @@
 
     create / update / resume   the spec changed or the operator started
     owned Deployment events    status follows the Deployment; hand edits are undone
+    engine pod events          status names why a pod cannot run (a crash loop, a missing
+                               Secret) when it happens, not at the next resync
     resync loop                every `resync_interval_s`: nodes and optional APIs re-read,
                                every service reconciled (an idle pass writes nothing)
 
@@ -23,10 +25,11 @@ from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
-from tokenpilot.core.render import MANAGED_BY
+from tokenpilot.core.render import MANAGED_BY, SERVICE_LABEL
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 
 log = logging.getLogger("tokenpilot.handlers")
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -41,6 +44,9 @@ async def _configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     # Events are posted by the reconciler on real changes; kopf's per-handler chatter is not.
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
+    # Only the engine pods are watched, selected by the API server: the cluster's other pods
+    # never reach the operator.
+    settings.watching.label_selectors["v1", "pods"] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)))
 
 
@@ -90,7 +96,7 @@ def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
     _handle(memo, body, "resume")
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
 def deployment_changed(
     type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
 ) -> None:
@@ -107,6 +113,15 @@ def deployment_changed(
         _reconcile(memo, stub, "deployment-deleted")
     else:
         _reconcile(memo, stub, "deployment")
+
+
+@kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGED_BY})
+def engine_pod_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    service = body.metadata.get("labels", {}).get(SERVICE_LABEL)
+    if namespace is None or service is None:
+        return
+    stub = {"metadata": {"namespace": namespace, "name": service}}
+    reconcile(_runtime(memo), stub, "pod")
 
 
 def resync_once(rt: Runtime) -> int:

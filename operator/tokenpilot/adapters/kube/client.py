@@ -33,6 +33,16 @@ class KubeError(Exception):
         self.body = body or {}
 
 
+class KubeconfigError(KubeError):
+    """The kubeconfig cannot be used: `source` says where it came from (the path, or how it
+    was found) and `reason` what is wrong, in one line."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(0, f"cannot use kubeconfig {source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
 class NotFound(KubeError):
     """404: the object (or its API) does not exist."""
 
@@ -125,23 +135,51 @@ class KubeClient:
         self.api.close()  # type: ignore[no-untyped-call]
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _what_it_is(path: str | None, exc: BaseException) -> str:
+    """Why the loader choked, said of the file rather than of the loader's internals."""
+    import yaml
+
+    try:
+        with open(os.path.expanduser(path or "~/.kube/config"), "rb") as stream:
+            document = yaml.safe_load(stream)
+    except Exception as error:
+        return f"{type(error).__name__}: {_first_line(error)[:120]}"
+    if document is None:
+        return "the file is empty"
+    if not isinstance(document, dict):
+        return f"the file holds a YAML {type(document).__name__}, not a mapping"
+    return f"{type(exc).__name__}: {_first_line(exc)[:120]}"
+
+
 def connect(
     kubeconfig: str | None = None,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     user_agent: str | None = None,
 ) -> KubeClient:
-    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster;
+    KubeconfigError when the kubeconfig cannot be used."""
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        where = path or "~/.kube/config"
+        if path and not os.path.isfile(path):
+            raise KubeconfigError(where, "no such file")
         try:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, client_configuration=configuration
             )
         except (k8s_config.ConfigException, OSError) as exc:
-            where = path or "~/.kube/config"
-            raise KubeError(0, f"cannot use kubeconfig {where}: {exc}") from None
+            raise KubeconfigError(where, _first_line(exc)) from None
+        except Exception as exc:
+            # The loader trusts the file's shape: YAML errors, TypeError on a list or a string,
+            # UnicodeDecodeError on binary. Each means "this is not a kubeconfig".
+            raise KubeconfigError(where, f"not a kubeconfig ({_what_it_is(path, exc)})") from None
     else:
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
