@@ -121,7 +121,8 @@ def engine_pod_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: A
     if namespace is None or service is None:
         return
     stub = {"metadata": {"namespace": namespace, "name": service}}
-    reconcile(_runtime(memo), stub, "pod")
+    # Through _reconcile: an API server away is one line, not a traceback (tests/chaos).
+    _reconcile(memo, stub, "pod")
 
 
 def resync_once(rt: Runtime) -> int:
