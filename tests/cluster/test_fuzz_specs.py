@@ -285,6 +285,17 @@ def test_fuzzed_specs_are_refused_by_field_or_settle_with_a_reason(
                 "replicas": 0,
             }
         )
+        @example(
+            {
+                "model": {
+                    "name": "+\x0c\U0001e96e\x88",  # a C1 control: no status either
+                    "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                    "shape": {"preset": "llama-3.1-8b"},
+                },
+                "engine": {"image": IMAGE},
+                "replicas": 0,
+            }
+        )
         @example({"model": {"name": "x", "source": "hf://a/b"}, "replicas": 0})
         @example(
             {
