@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "recommend a token budget and plan capacity for a model on a GPU"),
     "step-time": ("step_time", "what one engine step costs on a GPU, beside its physical floor"),
     "dashboards": ("dashboards", "generate the Grafana dashboards and Prometheus rules"),
+    "calibrate": ("calibrate", "measure an engine's step times and write a GPU profile from them"),
 }
 
 # The lab's subcommands, named here only for help and for the hint when the lab is missing;

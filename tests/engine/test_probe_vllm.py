@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot_lab.probe import ProbeSettings, run_probe
+from tokenpilot.adapters.interference import ProbeSettings, run_probe
 from tokenpilot_lab.tinymodel import MAX_POSITION_EMBEDDINGS
 from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
 

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -128,3 +129,20 @@ def test_prefix_caching_is_on_unless_turned_off() -> None:
     assert timing.build(options.parse([]))[0].enable_prefix_caching
     assert not timing.build(options.parse(["--no-enable-prefix-caching"]))[0].enable_prefix_caching
     assert timing.build(options.parse(["--enable_prefix_caching"]))[0].enable_prefix_caching
+
+
+def test_gpu_profile_times_steps_by_a_profile_that_is_not_built_in(tmp_path: Path) -> None:
+    profile = tmp_path / "slow.yaml"
+    profile.write_text(
+        "name: SLOW-1\ngpuProductLabels: [SLOW-1]\narchitecture: Test\nmemoryGib: 48\n"
+        "hbmBandwidthGbps: 500\nbf16DenseTflops: 100\nhourlyCostUsd: 1\n"
+        "hourlyCostSource: test\ndatasheetSource: test\n"
+    )
+    _, slow, _ = timing.build(options.parse(["--gpu-profile", str(profile)]))
+    _, h100, _ = timing.build(options.parse([]))
+    assert slow.gpu == "SLOW-1" and h100.gpu == "H100-80GB"
+    assert slow.decode_step_s(8, 1024) > 3 * h100.decode_step_s(8, 1024)
+    with pytest.raises(options.OptionsError, match="--gpu or --gpu-profile, not both"):
+        options.parse(["--gpu", "L4", "--gpu-profile", str(profile)])
+    with pytest.raises(options.OptionsError, match="cannot read GPU profile"):
+        timing.build(options.parse(["--gpu-profile", str(tmp_path / "missing.yaml")]))

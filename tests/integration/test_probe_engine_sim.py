@@ -15,19 +15,19 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from tokenpilot.adapters.profiles import load_builtin_catalog
-from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.roofline import PrefillChunk
-from tokenpilot.core.steptime import StepTimeModel
-from tokenpilot_lab.engine_sim import options, timing
-from tokenpilot_lab.engine_sim.server import ServedModel, running
-from tokenpilot_lab.probe import (
+from tokenpilot.adapters.interference import (
     ProbeResult,
     ProbeSettings,
     format_heatmap,
     run_heatmap,
     run_probe,
 )
+from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.roofline import PrefillChunk
+from tokenpilot.core.steptime import StepTimeModel
+from tokenpilot_lab.engine_sim import options, timing
+from tokenpilot_lab.engine_sim.server import ServedModel, running
 from tokenpilot_lab.sim import EngineConfig
 
 CATALOG = load_builtin_catalog()

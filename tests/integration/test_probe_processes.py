@@ -19,9 +19,9 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from tokenpilot.adapters.interference import ProbeSettings, run_probe
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import ServedModel, running
-from tokenpilot_lab.probe import ProbeSettings, run_probe
 
 ENGINE_SIM_ARGS = ["--gpu", "H100-80GB", "--max-num-batched-tokens", "8192"]
 BURST_ARGS = ["--decodes", "32", "--num-prefill", "4", "--prefill-len", "2048"]

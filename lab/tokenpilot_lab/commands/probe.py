@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from tokenpilot_lab.probe import (
+from tokenpilot.adapters.interference import (
     ProbeError,
     ProbeSettings,
     format_heatmap,

@@ -1,5 +1,5 @@
 """The flags `tokenpilot engine-sim` accepts: those of `vllm serve` a renderer emits, plus the
-simulator's own (`--gpu`, `--model-shape`, `--time-scale`, `--num-kv-blocks`).
+simulator's own (`--gpu` or `--gpu-profile`, `--model-shape`, `--time-scale`, `--num-kv-blocks`).
 
 vLLM spells flags with dashes or underscores and takes `--flag value` or `--flag=value`; so do
 we. A flag vLLM has but the simulator does not model is accepted and ignored; a flag nobody
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "engine-sim"
+DEFAULT_GPU = "H100-80GB"
 
 # `vllm serve` flags that take a value and change nothing in the simulator.
 _IGNORED_WITH_VALUE = (
@@ -71,6 +72,7 @@ class EngineSimOptions:
     enable_prefix_caching: bool
     block_size: int
     gpu: str
+    gpu_profile: str | None
     model_shape: str
     time_scale: float
     num_kv_blocks: int | None
@@ -99,7 +101,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="automatic prefix caching (on by default, as in vLLM V1)",
     )
     parser.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
-    parser.add_argument("--gpu", default="H100-80GB", help="GPU SKU whose profile times steps")
+    parser.add_argument(
+        "--gpu", default=None, help=f"GPU SKU whose profile times steps (default {DEFAULT_GPU})"
+    )
+    parser.add_argument(
+        "--gpu-profile",
+        default=None,
+        help="a GPU profile YAML file to time steps by instead of --gpu (the format of "
+        "policies/gpus/; a file naming a built-in SKU keeps what it does not set)",
+    )
     parser.add_argument("--model-shape", default="llama-3.1-8b", help="model shape preset")
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="run this many times faster than real time"
@@ -144,6 +154,8 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
             "--gpu-memory-utilization must be in (0, 1], got "
             f"{args.gpu_memory_utilization}; e.g. 0.9 for 90% of GPU memory"
         )
+    if args.gpu is not None and args.gpu_profile is not None:
+        raise OptionsError("give --gpu or --gpu-profile, not both")
     if not args.time_scale > 0:
         raise OptionsError(f"--time-scale must be positive, got {args.time_scale}")
     return EngineSimOptions(
@@ -159,7 +171,8 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         enable_chunked_prefill=args.enable_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         block_size=args.block_size,
-        gpu=args.gpu,
+        gpu=args.gpu or DEFAULT_GPU,
+        gpu_profile=args.gpu_profile,
         model_shape=args.model_shape,
         time_scale=args.time_scale,
         num_kv_blocks=args.num_kv_blocks,

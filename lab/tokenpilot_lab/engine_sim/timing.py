@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tokenpilot.adapters.profiles import load_builtin_catalog
+from pathlib import Path
+
+from tokenpilot.adapters.profiles import chosen_profile, load_builtin_catalog
 from tokenpilot.api.model_shape import UnknownModelPreset, model_preset
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
@@ -15,7 +17,10 @@ def build(options: EngineSimOptions) -> tuple[EngineConfig, StepTimer, str]:
     """Engine limits, step timer and a one-line description; OptionsError if they cannot be."""
     try:
         shape = model_preset(options.model_shape)
-        profile = load_builtin_catalog().get(options.gpu)
+        gpu_profile = Path(options.gpu_profile) if options.gpu_profile else None
+        profile = chosen_profile(
+            load_builtin_catalog(), None if gpu_profile else options.gpu, gpu_profile
+        )
         timer = step_time_model(profile, shape, options.tensor_parallel_size)
         plan = plan_capacity(
             profile,

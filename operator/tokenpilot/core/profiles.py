@@ -181,7 +181,10 @@ class StepModelParameters(ApiModel):
     @field_validator("compute_efficiency", "bandwidth_efficiency")
     @classmethod
     def _below_one(cls, value: FittedValue) -> FittedValue:
-        if value.value >= 1:
+        # Exactly 1 only for a device without a datasheet, whose calibrated profile states the
+        # achieved rates as its peaks (docs/calibration.md); no kernel beats its datasheet.
+        limit_ok = value.value < 1 or (value.value == 1 and value.basis is ParameterBasis.fitted)
+        if not limit_ok:
             raise ValueError(
                 f"{value.value} is not below 1: an efficiency is achieved over the datasheet "
                 f"peak, and no kernel reaches the peak; write the fraction, e.g. 0.55"
@@ -198,6 +201,55 @@ class StepModelParameters(ApiModel):
                 f"e.g. 1.6"
             )
         return value
+
+
+class FittedRate(ApiModel):
+    """One fitted parameter of a calibration, in its unit, with one standard error."""
+
+    name: str = Field(min_length=1)
+    value: float
+    unit: str = Field(min_length=1)
+    relative_uncertainty: float | None = Field(
+        None, description="One standard error over the value; null when the data cannot pin it."
+    )
+
+
+class HeldOutPoint(ApiModel):
+    """A grid point left out of the fit: what it measured and what the fit predicts."""
+
+    what: str = Field(min_length=1)
+    measured_ms: float = Field(gt=0)
+    predicted_ms: float = Field(gt=0)
+
+
+class ThresholdAt(ApiModel):
+    """The most prefill tokens one step carries beside the reference decodes within an ITL."""
+
+    itl_ms: float = Field(gt=0)
+    prefill_tokens: int = Field(ge=0)
+
+
+class CalibrationRecord(ApiModel):
+    """How a profile's stepModel was measured (`tokenpilot calibrate`, docs/calibration.md)."""
+
+    date: str = Field(min_length=1, description="When it was measured (ISO 8601, UTC).")
+    endpoint: str = Field(min_length=1)
+    engine: str = Field(min_length=1, description="Engine and version the endpoint reported.")
+    model: str = Field(min_length=1, description="Served model name.")
+    model_shape: str = Field(min_length=1, description="Shape preset or file the fit used.")
+    grid: str = Field(min_length=1)
+    budget_tokens: int = Field(gt=0, description="max_num_batched_tokens measured at.")
+    num_points: int = Field(gt=0)
+    parameters: tuple[FittedRate, ...] = ()
+    max_held_out_error_pct: float = Field(ge=0)
+    held_out: tuple[HeldOutPoint, ...] = ()
+    reference_decodes: int = Field(ge=0)
+    reference_context_tokens: int = Field(ge=0)
+    thresholds: tuple[ThresholdAt, ...] = ()
+    spill_tokens: int = Field(
+        ge=0, description="Prefill tokens past which a burst spills into another step."
+    )
+    duration_s: float = Field(ge=0)
 
 
 class GPUProfile(ApiModel):
@@ -223,6 +275,7 @@ class GPUProfile(ApiModel):
     datasheet_source: str = Field(min_length=1)
     step_model: StepModelParameters | None = None
     measured: MeasuredInterference | None = None
+    calibration: CalibrationRecord | None = None
     notes: str | None = None
 
     @field_validator("memory_gib")
@@ -552,3 +605,9 @@ def merge_catalogs(
     if isinstance(overrides, ProfileCatalog):
         how_to_add = overrides.how_to_add
     return ProfileCatalog(merged.values(), how_to_add)
+
+
+def profile_yaml(profile: GPUProfile) -> str:
+    """One profile as the YAML document `parse_profile` reads (camelCase, unset fields left out)."""
+    data = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return yaml.safe_dump(data, sort_keys=False, width=100)

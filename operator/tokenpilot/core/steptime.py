@@ -295,9 +295,11 @@ class StepTimeModel:
             p.overhead_ms,
         )
         basis = (
-            "fitted on published measurements"
-            if {v.basis for v in values} == {ParameterBasis.fitted}
-            else "partly inherited or default parameters"
+            "partly inherited or default parameters"
+            if {v.basis for v in values} != {ParameterBasis.fitted}
+            else "measured by tokenpilot calibrate"
+            if (p.fitted_by or "").startswith("tokenpilot calibrate")
+            else "fitted on published measurements"
         )
         return (
             f"{self.gpu} step model ({p.engine}, {basis}; see docs/tuning.md): compute at "

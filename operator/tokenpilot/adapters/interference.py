@@ -1,4 +1,6 @@
-"""The interference probe: how much a burst of prefills slows the decode streams beside it.
+"""The interference protocol against an OpenAI-compatible engine: how much a burst of prefills
+slows the decode streams beside it. `tokenpilot calibrate` and the lab's `tokenpilot probe` both
+measure through it.
 
 The protocol of the interference study, against any OpenAI-compatible endpoint:
   1. PRIME     start `num_decode` streaming completions and wait until each has a token, then
@@ -40,6 +42,8 @@ from dataclasses import dataclass, field, replace
 import httpx
 
 RECOVERY_TOLERANCE = 0.10
+# First line of a /metrics snapshot: when it was asked for (monotonic clock, seconds).
+SNAPSHOT_TIME = "# snapshot_monotonic_s"
 _EPS_S = 1e-6
 _ENGINE_TIME = '"engine_time_s": '
 _ENGINE_ARRIVAL = '"engine_arrival_s": '
@@ -71,6 +75,9 @@ class ProbeSettings:
     # Bursts per condition, each followed by a recovery; the median one is reported, so one
     # burst that met a stalled client or server does not decide the cell.
     num_bursts: int = 1
+    # Read the engine's /metrics when the baseline starts, before the burst and after the
+    # recovery (the engine's own timings, for an engine that does not stamp its chunks).
+    snapshot_metrics: bool = False
 
 
 @dataclass
@@ -87,6 +94,10 @@ class ProbeResult:
     # Mean context of the decode streams when the burst went out (prompt plus tokens so far):
     # a decode step grows with it, so the same burst reads less at a longer context.
     decode_context_tokens: int = 0
+    # Whether the figures are the engine's own time stamps (else arrival times).
+    engine_stamped: bool = False
+    # /metrics texts by phase ("baseline", "burst", "after") with `snapshot_metrics`.
+    metrics: dict[str, str] = field(default_factory=dict)
 
     @property
     def interference_pct(self) -> float:
@@ -208,7 +219,8 @@ def analyse_burst(
     result = _analyse_burst(streams, baseline_start, burst, settings)
     tokens_before = [sum(1 for a in s.arrival if a <= burst.sent) for s in streams]
     context = settings.decode_prompt_len + statistics.fmean(tokens_before)
-    return replace(result, decode_context_tokens=round(context))
+    stamped = burst.engine_arrival_s is not None and all(s.engine for s in streams)
+    return replace(result, decode_context_tokens=round(context), engine_stamped=stamped)
 
 
 def _analyse_burst(
@@ -459,6 +471,7 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
     scale = settings.time_scale
     url = settings.url.rstrip("/")
     tick = asyncio.Event()
+    snapshots: dict[str, str] = {}
     streams = [_DecodeStream(tick) for _ in range(settings.num_decode)]
     tasks = [asyncio.create_task(_decode(client, url, model, settings, s)) for s in streams]
     try:
@@ -473,15 +486,18 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
                 raise ProbeError(f"a decode stream failed while priming: {s.error}")
         await asyncio.sleep(settings.settle_s / scale)
         # 2. BASELINE
+        await _snapshot(client, url, settings, snapshots, "baseline")
         baseline_start = time.monotonic()
         await asyncio.sleep(settings.baseline_s / scale)
         bursts: list[_BurstTimes] = []
         attempts = 0
         while len(bursts) < settings.num_bursts:
             attempts += 1
+            await _snapshot(client, url, settings, snapshots, "burst")
             burst = await _inject(settings, url, model, tick, tasks, streams)
             # 4. RECOVERY
             await asyncio.sleep(settings.recovery_s / scale)
+            await _snapshot(client, url, settings, snapshots, "after")
             if _straddles_a_step(burst, streams[0].engine) and attempts < 3 * settings.num_bursts:
                 continue  # its requests reached the engine in different steps: send it again
             bursts.append(burst)
@@ -504,7 +520,16 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
         for start, burst in zip(since, bursts, strict=True)
     ]
     results.sort(key=lambda r: r.interference_pct)
-    return results[len(results) // 2]
+    return replace(results[len(results) // 2], metrics=snapshots)
+
+
+async def _snapshot(
+    client: httpx.AsyncClient, url: str, settings: ProbeSettings, into: dict[str, str], phase: str
+) -> None:
+    if settings.snapshot_metrics:
+        taken = time.monotonic()
+        response = await client.get(f"{url}/metrics")
+        into[phase] = f"{SNAPSHOT_TIME} {taken}\n{response.text}"
 
 
 async def _inject(

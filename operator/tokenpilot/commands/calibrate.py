@@ -1,0 +1,259 @@
+"""`tokenpilot calibrate`: measure an engine's step times and write a GPU profile fitted to them.
+
+    tokenpilot calibrate --endpoint URL --model NAME [--gpu-name SKU] [--grid quick|full]
+        [--out FILE] [--json] [--max-num-batched-tokens N] [--model-shape PRESET | --shape FILE]
+
+It runs the interference protocol over a grid of decode counts, contexts and bursts under and over
+the engine's token budget, fits the step model to the timings (docs/calibration.md), and writes
+a profile in the format of policies/gpus/ with the fit's provenance. A fit that fails its checks
+(held-out residual, datasheet floor, budget) is refused with the reason and nothing is written.
+Exit status: 0 written, 1 the engine failed the protocol, 2 bad input, 3 refused, 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tokenpilot.adapters.calibration import (
+    EngineInfo,
+    Windows,
+    engine_info,
+    measure_grid,
+)
+from tokenpilot.adapters.interference import ProbeError
+from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
+from tokenpilot.commands.plan import _shape as read_model_shape
+from tokenpilot.core.calibration.derive import (
+    DEFAULT_MAX_ERROR,
+    Datasheet,
+    Identity,
+    PointResult,
+    build_profile,
+    observations,
+    refusals,
+)
+from tokenpilot.core.calibration.fit import FitError, StepFit, fit_step_rates
+from tokenpilot.core.calibration.grid import GridPoint, GridSize, plan_grid
+from tokenpilot.core.errors import TokenPilotError
+from tokenpilot.core.profiles import GPUProfile, profile_yaml
+from tokenpilot.core.roofline import step_work
+
+EXIT_ENGINE = 1
+EXIT_BAD_INPUT = 2
+EXIT_REFUSED = 3
+EXIT_INTERRUPTED = 130
+DEFAULT_BUDGET = 8192
+_BAR_WIDTH = 30
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", required=True, help="engine base URL, e.g. http://h:8000")
+    parser.add_argument("--model", required=True, help="served model name to calibrate")
+    parser.add_argument(
+        "--model-shape",
+        help=f"shape preset of the model ({', '.join(sorted(MODEL_PRESETS))}); default --model "
+        "when it is one",
+    )
+    parser.add_argument("--shape", type=Path, help="YAML file with the model shape instead")
+    parser.add_argument(
+        "--gpu-name",
+        default="unknown-device",
+        help="SKU the engine runs on; a built-in SKU lends its datasheet (and the floor check)",
+    )
+    parser.add_argument(
+        "--memory-gib", type=float, help="device memory, for a SKU that is not built in"
+    )
+    parser.add_argument("--grid", choices=[g.value for g in GridSize], default="quick")
+    parser.add_argument("--out", type=Path, help="profile to write (default <gpu-name>.yaml)")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=DEFAULT_BUDGET,
+        help=f"the engine's token budget, as it was started (default {DEFAULT_BUDGET})",
+    )
+    parser.add_argument(
+        "--max-error-pct",
+        type=float,
+        default=100 * DEFAULT_MAX_ERROR,
+        help="refuse a fit whose held-out points are off by more (default 25)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="the engine runs this many times faster than real time (a simulator)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    url = args.endpoint.rstrip("/")
+    try:
+        shape_name, shape = _model_shape(args)
+        if args.max_num_batched_tokens < 256:
+            raise TokenPilotError("--max-num-batched-tokens must be at least 256")
+        info = asyncio.run(engine_info(url, args.model))
+        points = plan_grid(
+            GridSize(args.grid),
+            args.max_num_batched_tokens,
+            info.max_model_len,
+            info.kv_capacity_tokens,
+        )
+    except TokenPilotError as error:
+        print(f"tokenpilot calibrate: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ProbeError as error:
+        print(f"tokenpilot calibrate: {error}", file=sys.stderr)
+        return EXIT_ENGINE
+    _say(
+        f"calibrating {args.model} ({shape_name}) at {url}: {info.engine}, max model length "
+        f"{info.max_model_len}, KV cache {info.kv_capacity_tokens or 'unknown'} tokens, budget "
+        f"{args.max_num_batched_tokens}; {args.grid} grid of {len(points)} points "
+        f"({sum(p.held_out for p in points)} held out)"
+    )
+    progress = _Progress(len(points))
+    windows = Windows(time_scale=args.time_scale)
+    try:
+        results = asyncio.run(measure_grid(url, info, points, windows, progress.point))
+    except KeyboardInterrupt:
+        _say("\ninterrupted: every stream to the engine is closed; no profile written")
+        return EXIT_INTERRUPTED
+    except ProbeError as error:
+        print(f"\ntokenpilot calibrate: the engine failed the protocol: {error}", file=sys.stderr)
+        return EXIT_ENGINE
+    budget = args.max_num_batched_tokens
+    work = step_work(shape, 1)
+    try:
+        fit = fit_step_rates(work, observations(results, budget))
+    except FitError as error:
+        print(f"tokenpilot calibrate: refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    base = _base_profile(args.gpu_name)
+    datasheet = Datasheet(
+        base.bf16_dense_tflops if base else None, base.hbm_bandwidth_gbps if base else None
+    )
+    reasons = refusals(fit, results, work, datasheet, budget, args.max_error_pct / 100)
+    if reasons:
+        print(_held_out_table(fit), file=sys.stderr)
+        print("tokenpilot calibrate: refused, no profile written:", file=sys.stderr)
+        for reason in reasons:
+            print(f"  {reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    identity = Identity(
+        gpu_name=base.name if base else args.gpu_name,
+        base=base,
+        memory_gib=args.memory_gib or _memory_estimate_gib(shape, info),
+        endpoint=url,
+        engine=info.engine,
+        model=args.model,
+        model_shape=shape_name,
+        grid=args.grid,
+        date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        duration_s=time.monotonic() - started,
+    )
+    try:
+        profile = build_profile(fit, results, shape, identity, budget)
+    except (TokenPilotError, ValueError) as error:
+        print(f"tokenpilot calibrate: refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    out = args.out or Path(f"{identity.gpu_name.lower()}.yaml")
+    out.write_text(profile_yaml(profile), encoding="utf-8")
+    if args.json:
+        print(json.dumps(_as_json(profile, out), indent=2))
+    else:
+        print(_as_text(profile, fit, out))
+    return 0
+
+
+def _model_shape(args: argparse.Namespace) -> tuple[str, ModelShape]:
+    if args.shape is not None:
+        return str(args.shape), read_model_shape(argparse.Namespace(model=None, shape=args.shape))
+    preset = args.model_shape or (args.model if args.model in MODEL_PRESETS else None)
+    if preset is None:
+        raise TokenPilotError(
+            f"--model {args.model!r} is not a shape preset; pass --model-shape "
+            f"({', '.join(sorted(MODEL_PRESETS))}) or --shape FILE"
+        )
+    return preset, read_model_shape(argparse.Namespace(model=preset, shape=None))
+
+
+def _base_profile(gpu_name: str) -> GPUProfile | None:
+    catalog = load_builtin_catalog()
+    return catalog.get(gpu_name) if gpu_name in catalog else None
+
+
+def _memory_estimate_gib(shape: ModelShape, info: EngineInfo) -> float:
+    kv = (info.kv_capacity_tokens or 0) * shape.kv_bytes_per_token
+    return round(max((shape.weight_bytes + kv) / 0.9 / 2**30, 0.1), 2)
+
+
+class _Progress:
+    """A bar and a line per grid point, on stderr (stdout stays for the result)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.started = time.monotonic()
+
+    def point(self, point: GridPoint, result: PointResult) -> None:
+        self.done += 1
+        filled = _BAR_WIDTH * self.done // self.total
+        bar = "#" * filled + "." * (_BAR_WIDTH - filled)
+        held = " (held out)" if point.held_out else ""
+        _say(
+            f"[{bar}] {self.done}/{self.total} {time.monotonic() - self.started:5.0f}s  "
+            f"{point.label()}: decode {result.baseline_s * 1e3:.2f} ms, burst "
+            f"{result.mixed_s * 1e3:.2f} ms over {result.num_mixed_steps} step(s){held}"
+        )
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _held_out_table(fit: StepFit) -> str:
+    lines = [f"{'held-out point':<60} {'measured':>10} {'predicted':>10} {'error':>7}"]
+    for r in fit.held_out:
+        lines.append(
+            f"{r.what:<60} {r.measured_s * 1e3:>8.2f}ms {r.predicted_s * 1e3:>8.2f}ms "
+            f"{r.error:>+7.1%}"
+        )
+    return "\n".join(lines)
+
+
+def _as_text(profile: GPUProfile, fit: StepFit, out: Path) -> str:
+    record = profile.calibration
+    assert record is not None
+    lines = [f"wrote {out}: {profile.name}, {record.engine}, {record.model} ({record.model_shape})"]
+    for p in record.parameters:
+        u = "undetermined" if p.relative_uncertainty is None else f"{p.relative_uncertainty:.1%}"
+        lines.append(f"  {p.name:<17} {p.value:>12.4g} {p.unit:<24} +- {u}")
+    lines.append(_held_out_table(fit))
+    lines.append(
+        f"thresholds beside {record.reference_decodes} decodes of "
+        f"{record.reference_context_tokens} tokens: "
+        + ", ".join(f"{t.prefill_tokens} tokens under {t.itl_ms:g} ms" for t in record.thresholds)
+        + f"; bursts over {record.spill_tokens} tokens spill into further steps"
+    )
+    lines.append(f"took {record.duration_s:.0f} s")
+    return "\n".join(lines)
+
+
+def _as_json(profile: GPUProfile, out: Path) -> dict[str, Any]:
+    record = profile.calibration
+    assert record is not None and profile.step_model is not None
+    return {
+        "profile": str(out),
+        "gpu": profile.name,
+        "stepModel": profile.step_model.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "calibration": record.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
