@@ -51,6 +51,19 @@ def test_a_bare_a100_is_refused_with_the_two_choices(
     assert "A100-40GB" in err and "A100-80GB" in err and "ambiguous" in err
 
 
+def test_calibrate_refuses_a_bare_a100_before_it_measures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Nothing listens on the endpoint: the refusal comes before the engine is asked anything,
+    # rather than after minutes of measuring, or a profile without the datasheet it meant.
+    argv = ["calibrate", "--endpoint", "http://127.0.0.1:1", "--model", "llama-3.1-8b"]
+    code = main([*argv, "--gpu-name", "A100"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--gpu-name" in err and "A100-40GB or A100-80GB" in err
+    assert "127.0.0.1:1" not in err
+
+
 def test_an_infeasible_spec_says_it_once_and_briefly() -> None:
     svc = service(model__shape={"preset": "llama-3.1-70b"})
     refusal = _refusal(svc)

@@ -28,11 +28,20 @@ class InvalidSpec(TokenPilotError, ValueError):
 
 class UnknownGPU(TokenPilotError, LookupError):
     """A SKU name or nvidia.com/gpu.product value that no GPU profile knows; `how_to_add` says
-    where a profile for it would go, in the words of whoever loaded the catalog."""
+    where a profile for it would go, in the words of whoever loaded the catalog; `choices` the
+    SKUs a family name such as A100 could mean (empty when the name is simply unknown)."""
 
-    def __init__(self, message: str, *, how_to_add: str, detail: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        how_to_add: str,
+        detail: str | None = None,
+        choices: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(message, detail=detail)
         self.how_to_add = how_to_add
+        self.choices = choices
 
 
 class Infeasible(TokenPilotError):

@@ -564,6 +564,7 @@ class ProfileCatalog:
             raise UnknownGPU(
                 f"GPU {name!r} is ambiguous: it could be {' or '.join(family)}; write one of them",
                 how_to_add=self.how_to_add,
+                choices=tuple(family),
             )
         raise UnknownGPU(
             f"unknown GPU {name!r} (known: {', '.join(self.names)}); {self.how_to_add}",
