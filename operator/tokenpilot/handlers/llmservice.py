@@ -138,15 +138,6 @@ def engine_pod_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: A
     _reconcile(memo, stub, "pod")
 
 
-@kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGED_BY})
-def engine_pod_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
-    service = body.metadata.get("labels", {}).get(SERVICE_LABEL)
-    if namespace is None or service is None:
-        return
-    stub = {"metadata": {"namespace": namespace, "name": service}}
-    reconcile(_runtime(memo), stub, "pod")
-
-
 def resync_once(rt: Runtime) -> int:
     """Re-list nodes, re-check which optional APIs are served, and reconcile every service
     once; returns how many were reconciled."""
