@@ -105,9 +105,26 @@ def wait_for(
     pytest.fail(f"{failure}\n{diagnose()}", pytrace=False)
 
 
+RESTRICTED = (
+    "pod-security.kubernetes.io/enforce=restricted",
+    "pod-security.kubernetes.io/enforce-version=latest",
+)
+
+
+def leader_pod(release: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
+    """The operator replica holding the release's Lease (the one that reconciles and scales)."""
+    lease = get_json("lease", f"{release}-tokenpilot", namespace, kubeconfig) or {}
+    holder = (lease.get("spec") or {}).get("holderIdentity")
+    pods = operator_pods(release, namespace, kubeconfig)
+    return next((p for p in pods if p["metadata"]["name"] == holder and is_ready(p)), None)
+
+
 @pytest.fixture
 def release(kubeconfig: Path, namespace: str, monitoring_crds: None) -> Iterator[str]:
     name = f"tp-{namespace[-6:]}"  # namespaces end in a random suffix; ClusterRoles are global
+    # The chart's namespace enforces Pod Security `restricted`: the operator's pods and the
+    # sample's engine pods must both be admitted under it.
+    must(run("kubectl", "label", "namespace", namespace, *RESTRICTED, kubeconfig=kubeconfig))
     must(
         run(
             "helm",
@@ -271,6 +288,13 @@ def test_the_installed_operator_reconciles_a_sample(
     )["items"]
     assert engine_pods and all(is_ready(p) for p in engine_pods)
     wanted = {"namespace": namespace, "llmservice": name}
+    # Only the leader runs the autoscaler and serves its decisions; a standby answers health.
+    leader = wait_for(
+        lambda: leader_pod(operator_pod["metadata"]["labels"]["app.kubernetes.io/instance"],
+                           namespace, kubeconfig),
+        timeout_s=60, what="the replica holding the Lease", diagnose=diagnose,
+    )  # fmt: skip
+    metrics = f"http://{leader['status']['podIP']}:{ports['metrics']}/metrics"
 
     def decided() -> bool:
         page = parse_metrics(httpx.get(metrics, timeout=5, trust_env=False).text)

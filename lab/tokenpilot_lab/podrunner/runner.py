@@ -57,7 +57,9 @@ from tokenpilot_lab.podrunner.termination import (
 log = logging.getLogger("tokenpilot.pod-runner")
 
 TICK_S = 0.25
-WATCH_TIMEOUT_S = 60
+# A watch opened while a restarting API server was not serving yet can stay silent until it
+# times out (seen in tests/chaos: new pods started 62 s late); a short watch bounds that.
+WATCH_TIMEOUT_S = 15
 MAX_BACKOFF_S = 30.0
 # On its own shutdown the runner allows its processes at most this long after SIGTERM, well
 # inside the 10 s `dev-cluster down` gives the runner before it sends SIGKILL.

@@ -15,6 +15,7 @@ import argparse
 import logging
 import re
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
@@ -22,6 +23,9 @@ from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 EXIT_CANNOT_START = 2
 # RFC 1123 label: what Kubernetes allows as a namespace name.
 NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+if TYPE_CHECKING:
+    from tokenpilot.handlers.leadership import LeaderElection
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +63,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAMESPACE/NAME",
         help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
     )
+    election = parser.add_argument_group(
+        "leader election", "run several replicas; only the holder of the Lease acts"
+    )
+    election.add_argument(
+        "--leader-election-lease",
+        metavar="NAMESPACE/NAME",
+        help="the coordination.k8s.io Lease to hold while acting (default: no election, act "
+        "alone; never run two replicas without it)",
+    )
+    election.add_argument(
+        "--leader-election-identity",
+        metavar="ID",
+        help="this replica's name in the Lease (default: $POD_NAME, else host-pid)",
+    )
+    election.add_argument(
+        "--leader-election-lease-duration", type=float, default=15.0, metavar="SECONDS",
+        help="how long a standby waits on an unrenewed Lease before taking it (default 15)",
+    )  # fmt: skip
+    election.add_argument(
+        "--leader-election-renew-deadline", type=float, default=10.0, metavar="SECONDS",
+        help="the leader stops writing when no renew succeeded for this long (default 10)",
+    )  # fmt: skip
+    election.add_argument(
+        "--leader-election-retry-period", type=float, default=2.0, metavar="SECONDS",
+        help="how often the Lease is renewed or tried (default 2)",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -96,6 +126,31 @@ def _positive_seconds(text: str) -> float:
     return seconds
 
 
+def leader_election(args: argparse.Namespace) -> LeaderElection | None:
+    """The election the flags ask for; InvalidSpec naming the flag when they are wrong."""
+    if not args.leader_election_lease:
+        return None
+    from tokenpilot.adapters.kube.lease import LeaseName
+    from tokenpilot.core.lease import LeaseTiming
+    from tokenpilot.handlers.leadership import LeaderElection, default_identity
+
+    timing = LeaseTiming(
+        lease_duration_s=args.leader_election_lease_duration,
+        renew_deadline_s=args.leader_election_renew_deadline,
+        retry_period_s=args.leader_election_retry_period,
+    )
+    problems = timing.problems()
+    try:
+        lease = LeaseName.parse(args.leader_election_lease)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise InvalidSpec("; ".join(problems))
+    return LeaderElection(
+        lease=lease, identity=args.leader_election_identity or default_identity(), timing=timing
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: the operator pulls in kopf and the Kubernetes client (0.4 s), which
     # `tokenpilot run --help` and the other subcommands do not need.
@@ -125,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             metrics_address=args.metrics_address,
             gpu_profiles_configmap=args.gpu_profiles_configmap,
+            leader_election=leader_election(args),
         )
         operate(config, configure_logging=lambda: _logging(args.verbose))
     except (StartupError, KubeError, TokenPilotError) as exc:
@@ -140,3 +196,7 @@ def _logging(verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        # httpx logs every request at INFO: one line per engine scrape, 200 lines/s with
+        # 1,000 autoscaled services (bench/soak.py); failures still reach the log as ours.
+        logging.getLogger("httpx").setLevel(logging.WARNING)

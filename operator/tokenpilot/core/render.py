@@ -24,7 +24,8 @@ MANAGED_BY = "tokenpilot"
 SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
 SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
 HTTP_PORT = 8000
-CACHE_MOUNT = "/root/.cache/huggingface"
+# Outside /root: a non-root engine (POD_SECURITY) cannot traverse the image's /root (mode 700).
+CACHE_MOUNT = "/var/cache/tokenpilot"
 # Beyond the startup probe's window, what a rollout may spend on scheduling and on pulling a
 # vLLM image of about 10 GB before the Deployment controller calls it stalled.
 PROGRESS_ALLOWANCE_S = 600
@@ -193,6 +194,24 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
     return args + list(spec.engine.extra_args)
 
 
+# Pod Security `restricted` (docs/reliability.md, "Least privilege"): vLLM needs no root, no
+# capability and no privilege escalation; the GPU reaches it through the device plugin. What it
+# does need is a writable $HOME for its caches (see _env) and /dev/shm as a memory volume, so
+# the root filesystem is left writable. The user id is the image-independent 1000: the
+# official vLLM image declares USER root, which runAsNonRoot alone would refuse.
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
 def _env(service: LLMService) -> list[dict[str, Any]]:
     spec = service.spec
     env: dict[str, dict[str, Any]] = {}
@@ -204,6 +223,9 @@ def _env(service: LLMService) -> list[dict[str, Any]]:
             )
         env[var.name] = {"name": var.name, "value": var.value}
     env["HF_HOME"] = {"name": "HF_HOME", "value": CACHE_MOUNT}
+    # Not root: the image's home (/root) is not writable, and vLLM, torch and Triton write
+    # their caches under $HOME. The cache volume is; a HOME the spec sets wins.
+    env.setdefault("HOME", {"name": "HOME", "value": CACHE_MOUNT})
     secret = spec.model.hub_token_secret
     if secret is not None:
         env["HF_TOKEN"] = {
@@ -308,6 +330,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         # vLLM writes no termination file: a crash's last log lines become the container's
         # termination message, which the status quotes (core/pod_health.py).
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": CONTAINER_SECURITY,
         **_probes(facts),
     }
     affinity = {
@@ -332,6 +355,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         "affinity": affinity,
         "tolerations": _tolerations(service),
         "volumes": volumes,
+        "securityContext": POD_SECURITY,
         # In-flight requests get time to finish when a replica is scaled away.
         "terminationGracePeriodSeconds": 60,
     }

@@ -28,13 +28,14 @@ from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.autoscaler import AutoscalerConfig
+from tokenpilot.handlers.leadership import LeaderElection, guarded_session, lead
 from tokenpilot.handlers.reconcile import Runtime
 
 log = logging.getLogger("tokenpilot.operator")
 
 
 @kopf.on.login()
-def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+async def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> Any:
     """kopf talks to the same API server, as the same user, as the operator's own client."""
     runtime: Runtime = memo.runtime
     cfg = runtime.client.api.configuration
@@ -42,7 +43,7 @@ def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.Connect
         "authorization"
     )
     scheme, _space, token = (header or "").rpartition(" ")
-    return kopf.ConnectionInfo(
+    info = kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
         insecure=not cfg.verify_ssl,
@@ -52,6 +53,10 @@ def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.Connect
         private_key_path=cfg.key_file,
         trust_env=settings.networking.trust_env,
     )
+    guard = runtime.client.write_guard
+    if guard is None:
+        return info
+    return guarded_session(info, guard, runtime.client.api.user_agent)
 
 
 class StartupError(Exception):
@@ -68,6 +73,7 @@ class OperatorConfig:
     metrics_port: int | None = None  # the operator's own /metrics; None: not served
     metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
+    leader_election: LeaderElection | None = None  # None: this replica acts alone
 
 
 def _bindable(host: str, port: int, *, port_option: str, host_option: str) -> None:
@@ -127,8 +133,9 @@ def _quiet_retries() -> Iterator[None]:
 
 
 def _connect(config: OperatorConfig) -> KubeClient:
+    election = config.leader_election
     try:
-        return connect(config.kubeconfig)
+        return connect(config.kubeconfig, user_agent=election.user_agent if election else None)
     except KubeconfigError as exc:
         option = f"--kubeconfig {exc.source}" if config.kubeconfig else f"kubeconfig {exc.source}"
         raise StartupError(
@@ -186,11 +193,34 @@ def operate(
 ) -> None:
     """Run the operator in this thread until `stop_flag` is set (or forever); StartupError
     when it cannot start. `configure_logging` runs once the checks pass, so a refusal is the
-    only line printed."""
+    only line printed.
+
+    With leader election, wait as a standby first; kopf runs only while this replica leads."""
     check_ports(config)
     runtime = build_runtime(config)
     if configure_logging is not None:
         configure_logging()
+    elector = None
+    if config.leader_election is not None:
+        elector = lead(
+            config.leader_election, config.kubeconfig, config.liveness_endpoint, stop_flag
+        )
+        if elector is None:
+            return  # stopped while standing by
+        runtime.client.write_guard = elector.guard.check
+    try:
+        _run_kopf(config, runtime, stop_flag, ready_flag)
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def _run_kopf(
+    config: OperatorConfig,
+    runtime: Runtime,
+    stop_flag: threading.Event | None,
+    ready_flag: threading.Event | None,
+) -> None:
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -88,6 +88,9 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
     )
 
 
+_COUNTED = ("waiting", "running", "kv_cache_usage", "num_series", "freshest_sample")
+
+
 class PrometheusSource:
     """Reads a service's signals from a Prometheus server; see the module docstring."""
 
@@ -111,7 +114,16 @@ class PrometheusSource:
         names = list(Queries.__dataclass_fields__)
         try:
             async with asyncio.timeout(self._timeout_s):
-                results = await asyncio.gather(*(self._scalar(getattr(exprs, n)) for n in names))
+                # Every query is waited for, failed or not: gather alone would return at the
+                # first error and leave the others running with nobody to read their errors
+                # (a traceback at shutdown when Prometheus had gone, found by tests/chaos).
+                answers = await asyncio.gather(
+                    *(self._scalar(getattr(exprs, n)) for n in names), return_exceptions=True
+                )
+            failed = [a for a in answers if isinstance(a, BaseException)]
+            if failed:
+                raise failed[0]
+            results = [a for a in answers if not isinstance(a, BaseException)]
         except (TimeoutError, httpx.TimeoutException):
             return self._blind(target, now_s, f"no answer within {self._timeout_s:g} s")
         # A refused connection, an error status or an answer that is not the query API's:
@@ -145,11 +157,23 @@ class PrometheusSource:
     def _observation(
         self, target: ServiceTarget, now_s: float, values: dict[str, tuple[float, float] | None]
     ) -> Observation:
+        problems = []
+        # A count, a gauge or a timestamp that is NaN or infinite is no reading at all (never a
+        # zero: read as one, it would scale a loaded fleet down). Quantiles keep their NaN:
+        # _latency reads it together with the sample count.
+        unreadable = [
+            name
+            for name in _COUNTED
+            if values[name] is not None and not math.isfinite(values[name][0])  # type: ignore[index]
+        ]
+        if unreadable:
+            problems.append(f"prometheus answered NaN or Inf for {', '.join(unreadable)}")
+            values = {k: (None if k in unreadable else v) for k, v in values.items()}
+
         def value(name: str) -> float | None:
             found = values[name]
             return None if found is None else found[0]
 
-        problems = []
         num_series = int(value("num_series") or 0)
         if num_series < len(target.pods):
             problems.append(
