@@ -85,7 +85,7 @@ def test_a_failed_query_leaves_no_other_query_running() -> None:
         )
         pods = (PodEndpoint("p1", "http://127.0.0.1:8000/metrics"),)
         target = ServiceTarget("ns", "svc", desired_replicas=1, ready_replicas=1, pods=pods)
-        observation = await source.observe(target, 100.0)
+        observation = await source.read(target, 100.0)
         left = asyncio.all_tasks() - {asyncio.current_task()}
         await source.aclose()
         return list(observation.problems), left  # type: ignore[return-value]
