@@ -60,6 +60,7 @@ def test_nan_counts_are_no_reading_not_zero_load() -> None:
     assert observation.num_requests_waiting is None
     assert observation.num_pods_scraped == 0
     assert any("NaN" in p for p in observation.problems)
+    assert observation.load is None  # NaN token counters are no demand, not a NaN one
 
 
 def test_a_failed_query_leaves_no_other_query_running() -> None:

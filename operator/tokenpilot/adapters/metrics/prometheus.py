@@ -88,7 +88,17 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
     )
 
 
-_COUNTED = ("waiting", "running", "kv_cache_usage", "num_series", "freshest_sample")
+_COUNTED = (
+    "waiting",
+    "running",
+    "kv_cache_usage",
+    "num_series",
+    "freshest_sample",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "output_tokens",
+    "requests",
+)
 
 
 class PrometheusSource:

@@ -119,7 +119,9 @@ def step(
     if observation.num_pods_scraped > 0 and num_reading < 2:
         observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
-    if observation.load is not None:
+    # A NaN or infinite counter (a Prometheus that lies, an engine that exports garbage) is no
+    # reading: remembered, it would poison the forecast for the whole memory.
+    if observation.load is not None and observation.load.is_finite:
         counted = observation.load
         load = remember(
             load,

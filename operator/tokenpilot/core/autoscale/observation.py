@@ -56,6 +56,20 @@ class Load:
     num_requests: float
 
     @property
+    def is_finite(self) -> bool:
+        """Whether every figure is a number: a NaN or infinite counter is no reading."""
+        return all(
+            math.isfinite(x)
+            for x in (
+                self.interval_s,
+                self.num_prompt_tokens,
+                self.num_cached_prompt_tokens,
+                self.num_output_tokens,
+                self.num_requests,
+            )
+        )
+
+    @property
     def computed_prompt_tokens_per_s(self) -> float:
         """Prompt tokens the engines had to prefill (not found in the prefix cache), per second."""
         if self.interval_s <= 0:
