@@ -19,8 +19,9 @@ $(BIN)/.installed: pyproject.toml lab/pyproject.toml
 
 venv: $(BIN)/.installed
 
-# Control-plane binaries (kube-apiserver, etcd, kwok, helm, ...) built from the Go module proxy
-# into a per-user cache keyed by version; a second run does nothing.
+# Control-plane binaries (kube-apiserver, etcd, kwok) and the client tools (helm, kubectl) built
+# from the Go module proxy into a per-user cache keyed by version; helm and kubectl are linked
+# into $(BIN), beside `tokenpilot`, where the docs call them. A second run builds nothing.
 tools: venv
 	$(TP) dev-cluster build
 

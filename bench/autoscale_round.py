@@ -1,7 +1,8 @@
 """Benchmark: one autoscaler evaluation round over many services with the direct source.
 
 A round is what the operator does every interval: for every service, scrape each of its ready
-engine pods' /metrics concurrently, parse the pages, compute the window P99s and decide. The
+engine pods' /metrics concurrently, parse the pages, compute the window P99s and step the
+autoscaler's state machine (decide, the Event, the status). The
 engines are served from a few local processes on 127.0.0.1, one port per engine, each answering
 a full vLLM /metrics page (every family in tokenpilot.core.vllm_metrics) whose counters and
 histograms grow from one scrape to the next. Pages are rendered before the clock starts, so the
@@ -31,7 +32,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
+
+# The status' wall-clock text; the benchmark times the loop, not the clock.
+WALL = "2026-01-01T00:00:00Z"
 
 MAX_MODEL_LEN = 8192
 
@@ -154,7 +159,7 @@ async def evaluate(args: argparse.Namespace, ports: list[int]) -> list[Round]:
                 "bench", f"svc{index}", len(pods), len(pods), pods, read_ttft=args.ttft_slo
             )
         )
-    histories = [History() for _ in targets]
+    states = [ServiceState(policy) for _ in targets]
     source = DirectSource(timeout_s=args.timeout, max_in_flight=args.max_in_flight)
     rounds = []
     loop = asyncio.get_running_loop()
@@ -164,10 +169,11 @@ async def evaluate(args: argparse.Namespace, ports: list[int]) -> list[Round]:
             now_s = loop.time()
 
             async def one(index: int, now_s: float = now_s) -> tuple[int, int]:
-                observation = await source.observe(targets[index], now_s)
-                decision = decide(policy, histories[index], observation, now_s)
-                histories[index] = decision.history
-                return observation.num_pods_scraped, len(observation.problems)
+                target = targets[index]
+                scrapes = await source.read(target, now_s)
+                current = Current(target.desired_replicas, target.ready_replicas)
+                states[index], _, _ = step(states[index], scrapes, current, Now(now_s, WALL))
+                return len(scrapes.samples), len(scrapes.problems)
 
             results = await asyncio.gather(*(one(i) for i in range(len(targets))))
             wall_s = time.perf_counter() - started_s

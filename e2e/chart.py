@@ -21,10 +21,10 @@ MONITORING_CRDS = REPO / "e2e" / "crds"
 
 
 def binary(name: str) -> str:
-    if name == "helm":
-        # The pinned build when there is one; on kind (e2e/run-kind.sh) the helm on PATH.
+    if name in ("helm", "kubectl"):
+        # The pinned build when there is one; on kind (e2e/run-kind.sh) the one on PATH.
         with contextlib.suppress(BinariesMissing):
-            return str(build.binary("helm"))
+            return str(build.binary(name))
     found = shutil.which(name)
     if found is None:
         pytest.fail(f"{name} not found: run `make tools`")

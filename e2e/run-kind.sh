@@ -65,6 +65,10 @@ helm upgrade --install tokenpilot helm/tokenpilot \
   --wait --timeout 5m
 helm test tokenpilot --namespace "$namespace" --timeout 2m
 
+# The samples read a Hugging Face token from Secret hf-token (Llama 3.1 is gated); the
+# simulator needs none, so any value does.
+kubectl create secret generic hf-token --from-literal=token=hf_not_a_real_token \
+  --dry-run=client -o yaml | kubectl apply -f -
 # The samples name the GPU vLLM image; on kind's CPU-only nodes they run the engine simulator,
 # which takes the same `vllm serve` flags.
 .venv/bin/python - "${images[1]}" samples/*.yaml <<'PY' | kubectl apply --server-side -f -

@@ -42,6 +42,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def create_token_secret(namespace: str, kubeconfig: Path) -> None:
+    must(
+        run(
+            "kubectl", "create", "secret", "generic", "hf-token", "-n", namespace,
+            "--from-literal=token=hf_not_a_real_token", kubeconfig=kubeconfig,
+        )
+    )  # fmt: skip
+
+
 def get_json(kind: str, name: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
     result = run("kubectl", "get", kind, name, "-n", namespace, "-o", "yaml", kubeconfig=kubeconfig)
     return yaml.safe_load(result.stdout) if result.returncode == 0 else None
@@ -96,9 +105,26 @@ def wait_for(
     pytest.fail(f"{failure}\n{diagnose()}", pytrace=False)
 
 
+RESTRICTED = (
+    "pod-security.kubernetes.io/enforce=restricted",
+    "pod-security.kubernetes.io/enforce-version=latest",
+)
+
+
+def leader_pod(release: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
+    """The operator replica holding the release's Lease (the one that reconciles and scales)."""
+    lease = get_json("lease", f"{release}-tokenpilot", namespace, kubeconfig) or {}
+    holder = (lease.get("spec") or {}).get("holderIdentity")
+    pods = operator_pods(release, namespace, kubeconfig)
+    return next((p for p in pods if p["metadata"]["name"] == holder and is_ready(p)), None)
+
+
 @pytest.fixture
 def release(kubeconfig: Path, namespace: str, monitoring_crds: None) -> Iterator[str]:
     name = f"tp-{namespace[-6:]}"  # namespaces end in a random suffix; ClusterRoles are global
+    # The chart's namespace enforces Pod Security `restricted`: the operator's pods and the
+    # sample's engine pods must both be admitted under it.
+    must(run("kubectl", "label", "namespace", namespace, *RESTRICTED, kubeconfig=kubeconfig))
     must(
         run(
             "helm",
@@ -221,6 +247,9 @@ def test_the_installed_operator_reconciles_a_sample(
         account = operator_pod["spec"]["serviceAccountName"]
         assert user["name"] == f"system:serviceaccount:{namespace}:{account}"
 
+    # As the README and the sample say: the gated model's token first (any value on a cluster
+    # whose engines are simulators), then the sample.
+    create_token_secret(namespace, kubeconfig)
     must(run("kubectl", "apply", "-n", namespace, "-f", str(SAMPLE), kubeconfig=kubeconfig))
     name = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
     wait_for(
@@ -259,6 +288,13 @@ def test_the_installed_operator_reconciles_a_sample(
     )["items"]
     assert engine_pods and all(is_ready(p) for p in engine_pods)
     wanted = {"namespace": namespace, "llmservice": name}
+    # Only the leader runs the autoscaler and serves its decisions; a standby answers health.
+    leader = wait_for(
+        lambda: leader_pod(operator_pod["metadata"]["labels"]["app.kubernetes.io/instance"],
+                           namespace, kubeconfig),
+        timeout_s=60, what="the replica holding the Lease", diagnose=diagnose,
+    )  # fmt: skip
+    metrics = f"http://{leader['status']['podIP']}:{ports['metrics']}/metrics"
 
     def decided() -> bool:
         page = parse_metrics(httpx.get(metrics, timeout=5, trust_env=False).text)

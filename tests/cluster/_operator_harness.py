@@ -82,13 +82,45 @@ def operator_thread(
         assert not thread.is_alive(), "the operator did not stop within 60 s"
 
 
-def operator_process(kubeconfig: Path, namespace: str, log: Path) -> subprocess.Popen[bytes]:
+def operator_process(
+    kubeconfig: Path, namespace: str, log: Path, *extra_args: str
+) -> subprocess.Popen[bytes]:
     """`tokenpilot run` as a separate process (so a test can kill it)."""
     cmd = [
         sys.executable, "-m", "tokenpilot.cli", "run",
         "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--resync-interval", "2",
+        *extra_args,
     ]  # fmt: skip
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def elected_operator(
+    kubeconfig: Path, namespace: str, log: Path, identity: str, *extra_args: str
+) -> subprocess.Popen[bytes]:
+    """A replica that acts only while it holds the namespace's `tokenpilot` Lease."""
+    return operator_process(
+        kubeconfig, namespace, log,
+        "--leader-election-lease", f"{namespace}/tokenpilot",
+        "--leader-election-identity", identity,
+        *extra_args,
+    )  # fmt: skip
+
+
+def lease_holder(client: KubeClient, namespace: str) -> str:
+    lease = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/tokenpilot")
+    return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not gone within 20 s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def sample(name: str, namespace: str, **spec_overrides: Any) -> dict[str, Any]:

@@ -200,6 +200,10 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
     body = sample("llama-3.1-8b-h100.yaml", namespace)
     body["spec"]["replicas"] = 1
     body["spec"]["batching"].update({"maxNumSeqs": 2, "maxNumBatchedTokens": 2048})
+    # The forecast remembers a burst for 1 / (1 - attainment) evaluations: 200 s at 99 % and
+    # 2 s. At 90 % that is 20 s, under the startup horizon (90 s), which then sets the memory,
+    # so the return to minReplicas fits the wait below.
+    body["spec"]["slo"]["attainment"] = 0.9
     body["spec"]["autoscaling"].update(
         {
             "minReplicas": 1,
@@ -272,7 +276,9 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
         query={"fieldSelector": f"involvedObject.name={NAME}"},
     ).get("items", [])
     reasons = {event["reason"] for event in events}
-    assert "QueueOverTarget" in reasons and "SustainedHeadroom" in reasons, reasons
+    assert "QueueOverTarget" in reasons, reasons
+    # Down by the capacity model's forecast (the sample has a tuning), or by calm without one.
+    assert reasons & {"ModelHeadroom", "SustainedHeadroom"}, reasons
     steps = [seen[0]] + [b for a, b in itertools.pairwise(seen) if a[1] != b[1]]
     print(
         f"{metrics_source['type']}: scale-up after {scale_up_s:.1f} s; after the burst: "

@@ -11,6 +11,7 @@ import pytest
 from _operator_harness import create, sample
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.api import units
 
 pytestmark = pytest.mark.cluster
 
@@ -59,6 +60,49 @@ def test_api_server_rejects_with_the_field(
         create(client, body)
     assert err.value.status == 422
     assert needle in err.value.message, err.value.message
+
+
+# The API types' rules (tokenpilot.api.units), which `tokenpilot plan` and `simulate` share.
+SAME_WORDS = [
+    ("slo.itlP99", 50, units.ITL_P99),
+    ("slo.itlP99", "5m", units.ITL_P99),
+    ("slo.itlP99", "50us", units.ITL_P99),
+    ("slo.itlP99", "50 ms", units.ITL_P99),
+    ("slo.ttftP99", "11m", units.TTFT_P99),
+    ("autoscaling.interval", "500ms", units.AUTOSCALING_INTERVAL),
+    ("autoscaling.scaleDownStabilization", "2h", units.STABILIZATION_WINDOW),
+    ("engine.gpuMemoryUtilization", 90, units.GPU_MEMORY_UTILIZATION),
+    ("engine.gpuMemoryUtilization", 0.99, units.GPU_MEMORY_UTILIZATION),
+    ("slo.attainment", 99, units.ATTAINMENT),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "rule"), SAME_WORDS, ids=[f"{p}={v}" for p, v, _ in SAME_WORDS]
+)
+def test_units_are_refused_in_the_api_types_words(
+    client: KubeClient, namespace: str, path: str, value: Any, rule: Any
+) -> None:
+    body = _set(sample("llama-3.1-8b-l40s.yaml", namespace), path, value)
+    with pytest.raises(KubeError) as err:
+        create(client, body)
+    words = rule.message(value)
+    if isinstance(rule, units.FractionRule):
+        # CEL cannot show a number in its message within its cost budget; the rest is equal.
+        words = words.split(" ", 1)[1]
+    assert err.value.status == 422
+    assert f"spec.{path}" in err.value.message and words in err.value.message, err.value.message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("slo.itlP99", "1500us"), ("slo.ttftP99", "1m30s"),
+     ("engine.gpuMemoryUtilization", 0.98), ("autoscaling.interval", "1s")],
+)  # fmt: skip
+def test_what_the_api_types_accept_the_api_server_accepts(
+    client: KubeClient, namespace: str, path: str, value: Any
+) -> None:
+    create(client, _set(sample("llama-3.1-8b-l40s.yaml", namespace), path, value))
 
 
 def test_chunked_prefill_off_needs_a_budget_of_a_whole_prompt(

@@ -25,7 +25,7 @@ from tokenpilot.core.status import (
 pytestmark = pytest.mark.cluster
 NOW = "2026-01-01T00:00:00Z"
 BATCHING = spec_decision(4096, 256)
-READY = DeploymentFacts(1, 1, 2, 2, 2, 2)
+READY = DeploymentFacts(1, 1, 2, 2, 2, 2, available_replicas=2)
 
 
 def reconciler_writes(client: KubeClient, stale: LLMService, problem: str | None = None) -> None:

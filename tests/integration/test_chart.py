@@ -86,8 +86,6 @@ def test_every_object_carries_the_standard_labels(values: Path) -> None:
 def test_the_operator_deployment_is_hardened() -> None:
     (deployment,) = by_kind(render(), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -229,7 +227,9 @@ def test_changing_a_gpu_profile_rolls_the_operator() -> None:
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
-        (("replicaCount=2",), "/replicaCount"),
+        (("replicaCount=0",), "/replicaCount"),
+        (("antiAffinity=sometimes",), "/antiAffinity"),
+        (("leaderElection.retryPeriodSeconds=0",), "/leaderElection/retryPeriodSeconds"),
         (("image.tag=latest",), "/image/tag"),
         (("operator.watchNamespaces[0]=Not_A_Namespace",), "/operator/watchNamespaces/0"),
         (("operator.metricsSource=prometheus",), "'metricsSource' not allowed"),
@@ -244,3 +244,62 @@ def test_bad_values_are_refused_naming_the_field(sets: tuple[str, ...], message:
     result = helm(*args)
     assert result.returncode != 0
     assert re.search(re.escape(message), result.stderr), result.stderr
+
+
+def test_two_replicas_elect_a_leader_and_survive_a_drain() -> None:
+    """HA by default: two replicas on one Lease, never both evicted, spread over nodes, and a
+    rolling update that adds a replica before it removes one."""
+    manifests = render()
+    (deployment,) = by_kind(manifests, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pod = spec["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (container,) = pod["containers"]
+    fullname = deployment["metadata"]["name"]
+    namespace = deployment["metadata"]["namespace"]
+    assert f"--leader-election-lease={namespace}/{fullname}" in container["args"]
+    assert "--leader-election-lease-duration=15" in container["args"]
+    (pdb,) = by_kind(manifests, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == spec["selector"]
+    (role,) = by_kind(manifests, "Role")
+    lease_rules = [r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"]]
+    assert lease_rules == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [fullname],
+            "verbs": ["get", "update"],
+        },
+    ]
+    assert not by_kind(render(sets=("replicaCount=1",)), "PodDisruptionBudget")
+
+
+def test_the_optional_network_policy_admits_only_gateway_prometheus_and_operator() -> None:
+    assert not by_kind(render(), "NetworkPolicy")
+    (policy,) = by_kind(
+        render(
+            sets=(
+                "networkPolicy.enabled=true",
+                "networkPolicy.namespaces={llm}",
+                "networkPolicy.gateway.podSelector.matchLabels.app=gateway",
+                "networkPolicy.prometheus.namespaceSelector.matchLabels.team=monitoring",
+            )
+        ),
+        "NetworkPolicy",
+    )
+    assert policy["metadata"]["namespace"] == "llm"
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "engine"
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    peers = rule["from"]
+    assert peers[0]["podSelector"] == {"matchLabels": {"app": "gateway"}}
+    assert peers[1]["namespaceSelector"] == {"matchLabels": {"team": "monitoring"}}
+    assert len(peers) == 3  # and the operator's own pods (the direct metrics source)

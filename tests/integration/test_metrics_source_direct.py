@@ -16,9 +16,30 @@ from tokenpilot.adapters.metrics import (
 from tokenpilot.adapters.metrics.direct import DEFAULT_TIMEOUT_S
 from tokenpilot.adapters.metrics.parse import ENGINE_FAMILIES, ENGINE_FAMILIES_WITH_TTFT
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Reason, decide
+from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Observation, Reason, decide
+from tokenpilot.core.autoscale.window import Ring, observe_scrapes
 
 POLICY = AutoscalePolicy(min_replicas=1, max_replicas=8, itl_p99_slo_s=0.05)
+
+
+class Watched:
+    """The direct source's reads turned into Observations by the autoscaler's own windowing
+    (the rings live in its state machine, not in the source)."""
+
+    def __init__(self, source: DirectSource) -> None:
+        self.source = source
+        self.rings: dict[str, Ring] = {}
+
+    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+        scrapes = await self.source.read(target, now_s)
+        self.rings, observation = observe_scrapes(
+            self.rings,
+            scrapes,
+            desired_replicas=target.desired_replicas,
+            ready_replicas=target.ready_replicas,
+            window_s=30.0,
+        )
+        return observation
 
 
 def target(urls: list[str], *, desired: int | None = None) -> ServiceTarget:
@@ -33,10 +54,11 @@ async def test_sums_gauges_and_reads_p99_from_histogram_deltas():
         for _ in "abcd"
     ]
     async with EngineFarm(engines) as farm:
-        source = DirectSource(window_s=30)
+        source = DirectSource()
+        watch = Watched(source)
         try:
-            first = await source.observe(target([farm.url(i) for i in range(4)]), 0.0)
-            second = await source.observe(target([farm.url(i) for i in range(4)]), 5.0)
+            first = await watch.observe(target([farm.url(i) for i in range(4)]), 0.0)
+            second = await watch.observe(target([farm.url(i) for i in range(4)]), 5.0)
         finally:
             await source.aclose()
     assert first.itl is None  # one scrape: no window yet
@@ -56,9 +78,10 @@ async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
         async with EngineFarm(engines) as farm:
             urls = [farm.url(0), farm.url(1), farm.url(2), f"http://127.0.0.1:{down}/metrics"]
             source = DirectSource()
+            watch = Watched(source)
             try:
                 for now_s in (0.0, 5.0, 10.0):
-                    observation = await source.observe(target(urls), now_s)
+                    observation = await watch.observe(target(urls), now_s)
                     decision = decide(POLICY, history, observation, now_s)
                     history = decision.history
             finally:
@@ -84,8 +107,9 @@ async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
 async def test_every_pod_broken_holds_as_missing(mode, words, timeout_s):
     async with EngineFarm([FakeEngine(mode=mode), FakeEngine(mode=mode)]) as farm:
         source = DirectSource(timeout_s=timeout_s)
+        watch = Watched(source)
         try:
-            observation = await source.observe(target([farm.url(0), farm.url(1)]), 0.0)
+            observation = await watch.observe(target([farm.url(0), farm.url(1)]), 0.0)
         finally:
             await source.aclose()
     assert observation.num_pods_scraped == 0
@@ -98,9 +122,10 @@ async def test_every_pod_broken_holds_as_missing(mode, words, timeout_s):
 async def test_a_pod_leaving_the_ready_set_is_forgotten():
     async with EngineFarm([FakeEngine(waiting=1), FakeEngine(waiting=5)]) as farm:
         source = DirectSource()
+        watch = Watched(source)
         try:
-            await source.observe(target([farm.url(0), farm.url(1)]), 0.0)
-            only_one = await source.observe(target([farm.url(0)], desired=2), 5.0)
+            await watch.observe(target([farm.url(0), farm.url(1)]), 0.0)
+            only_one = await watch.observe(target([farm.url(0)], desired=2), 5.0)
         finally:
             await source.aclose()
     assert only_one.num_pods_expected == 1 and only_one.num_pods_scraped == 1

@@ -86,7 +86,7 @@ async def test_reads_the_same_signals_through_promql(farm_and_prometheus):
     try:
 
         async def has_window() -> bool:
-            seen.append(await source.observe(service(farm), 100.0))
+            seen.append(await source.read(service(farm), 100.0))
             latest = seen[-1]
             return latest.num_pods_scraped == 4 and latest.itl is not None and not latest.itl.idle
 
@@ -113,7 +113,7 @@ async def test_a_garbage_engine_makes_a_partial_view_and_a_hold(farm_and_prometh
     try:
 
         async def all_four() -> bool:
-            seen.append(await source.observe(service(farm), 0.0))
+            seen.append(await source.read(service(farm), 0.0))
             latest = seen[-1]
             return latest.num_pods_scraped == 4 and latest.itl is not None and not latest.itl.idle
 
@@ -121,7 +121,7 @@ async def test_a_garbage_engine_makes_a_partial_view_and_a_hold(farm_and_prometh
         farm.engines[2].mode = "garbage"
 
         async def three_left() -> bool:
-            seen.append(await source.observe(service(farm), 0.0))
+            seen.append(await source.read(service(farm), 0.0))
             return seen[-1].num_pods_scraped == 3
 
         await eventually(three_left, 30, "the garbage engine's series to go stale")
@@ -139,7 +139,7 @@ async def test_unreachable_prometheus_holds_and_says_where():
         url = f"http://127.0.0.1:{port}"
         source = PrometheusSource(url, timeout_s=2)
         try:
-            observation = await source.observe(ServiceTarget("ns", "llm", 3, 3, pods), 0.0)
+            observation = await source.read(ServiceTarget("ns", "llm", 3, 3, pods), 0.0)
         finally:
             await source.aclose()
     decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)

@@ -64,3 +64,32 @@ def test_test_modules_have_unique_names() -> None:
             clashes.append(f"{seen[path.name].relative_to(REPO)} and {path.relative_to(REPO)}")
         seen.setdefault(path.name, path)
     assert not clashes, "rename one of each pair: " + "; ".join(clashes)
+
+
+# The autoscaler's parts that only its state machine may put together: a module outside
+# core/autoscale that imports one of these is a second autoscaling loop.
+LOOP_PARTS = re.compile(
+    r"^\s*from tokenpilot\.core\.autoscale(\.\w+)? import[^\n]*\b(decide|History|observe_rings|"
+    r"push|forecast|remember)\b",
+    re.MULTILINE,
+)
+
+
+def test_the_operator_and_the_simulator_run_the_same_step() -> None:
+    from tokenpilot.core.autoscale import loop
+    from tokenpilot.handlers import autoscaler
+    from tokenpilot_lab.fleet import operator
+
+    assert autoscaler.step is loop.step
+    assert operator.step is loop.step
+    copies = []
+    for root in (REPO / "operator" / "tokenpilot", REPO / "lab" / "tokenpilot_lab", REPO / "bench"):
+        for path in sorted(root.rglob("*.py")):
+            if (REPO / "operator" / "tokenpilot" / "core" / "autoscale") in path.parents:
+                continue
+            source = path.read_text()
+            # A multi-line import is joined so the names on later lines count too.
+            joined = re.sub(r"\(\s*([^)]*)\)", lambda m: " ".join(m.group(1).split()), source)
+            if LOOP_PARTS.search(joined):
+                copies.append(str(path.relative_to(REPO)))
+    assert not copies, "call core.autoscale.loop.step instead of its parts: " + ", ".join(copies)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from tokenpilot.api.llmservice import LLMServiceSpec
+from tokenpilot.api.llmservice import LLMServiceSpec, SloSpec
 from tokenpilot.core.autoscale import AutoscalePolicy
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec
@@ -64,6 +65,10 @@ def test_interval():
 
 
 def test_a_bad_duration_names_the_field():
-    # The API's pattern admits "0s" for the interval; the policy refuses an SLO of zero.
+    # The API refuses an SLO of zero (tokenpilot.api.units), naming the field; a spec built
+    # past the API still cannot give the policy one.
+    with pytest.raises(ValidationError, match=r"slo\.itlP99"):
+        spec(slo={"itlP99": "0ms"})
+    unchecked = spec().model_copy(update={"slo": SloSpec.model_construct(itl_p99="0ms")})
     with pytest.raises(InvalidSpec, match=r"slo\.itlP99"):
-        policy_from_spec(spec(slo={"itlP99": "0ms"}))
+        policy_from_spec(unchecked)

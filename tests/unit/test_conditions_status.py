@@ -52,14 +52,17 @@ def facts(
     updated: int | None = None,
     stalled: bool = False,
     observed: int = 4,
+    replicas: int | None = None,
+    available: int | None = None,
 ) -> DeploymentFacts:
     return DeploymentFacts(
         generation=4,
         observed_generation=observed,
         desired_replicas=desired,
-        replicas=desired,
+        replicas=desired if replicas is None else replicas,
         ready_replicas=ready,
         updated_replicas=desired if updated is None else updated,
+        available_replicas=ready if available is None else available,
         progress_deadline_exceeded=stalled,
     )
 
@@ -72,6 +75,9 @@ def facts(
         (facts(2, updated=1), None, "Progressing"),
         (facts(2, observed=3), None, "Progressing"),
         (facts(2), None, "Ready"),
+        # The old pod is the ready one: `kubectl rollout status` is still waiting.
+        (facts(2, replicas=3), None, "Progressing"),
+        (facts(2, available=1), None, "Progressing"),
         (facts(1, stalled=True), None, "Degraded"),
         (None, "weights do not fit", "Infeasible"),
     ],

@@ -9,10 +9,11 @@ from _llms import service
 from tokenpilot.core.autoscale import Decision, History, Mode, Reason, Signals
 from tokenpilot.core.batching import spec_decision
 from tokenpilot.core.events import ServiceEvent, reconcile_events, scale_event
+from tokenpilot.core.pod_health import PodFailure
 from tokenpilot.core.status import DeploymentFacts, autoscaler_status, desired_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
-READY = DeploymentFacts(1, 1, 2, 2, 2, 2)
+READY = DeploymentFacts(1, 1, 2, 2, 2, 2, available_replicas=2)
 
 
 def status(problem: str | None = None, budget: int = 2048) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def test_scale_events_when_replicas_move_or_the_autoscaler_goes_blind() -> None:
     assert scale_event(2, decision(2, Reason.stale_metrics, Mode.hold), "StaleMetrics") is None
 
 
-def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
+def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_changed() -> None:
     first = autoscaler_status(
         None,
         desired_replicas=2,
@@ -87,7 +88,8 @@ def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
             "lastDecisionTime": T0,
         }
     }
-    # Other figures in the words, same outcome: the same JSON, so nothing is written.
+    # Other figures in the words, same outcome: the latest words, the decision's time kept
+    # (the demo once showed a drained queue's "44.0/replica" for 40 s).
     again = autoscaler_status(
         first,
         desired_replicas=2,
@@ -97,7 +99,21 @@ def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
         condition=None,
         now=T1,
     )
-    assert again == first
+    assert again["autoscaling"]["reason"] == "queue 0.7 per replica"
+    assert again["autoscaling"]["lastDecisionTime"] == T0
+    # The same evaluation twice: the same JSON, so nothing is written.
+    assert (
+        autoscaler_status(
+            again,
+            desired_replicas=2,
+            mode="steady",
+            reason_code="WithinTargets",
+            reason="queue 0.7 per replica",
+            condition=None,
+            now=T1,
+        )
+        == again
+    )
     moved = autoscaler_status(
         first,
         desired_replicas=3,
@@ -108,3 +124,38 @@ def test_the_autoscaler_status_is_new_only_when_the_outcome_changes() -> None:
         now=T1,
     )
     assert moved["autoscaling"]["lastDecisionTime"] == T1
+
+
+def degraded(reason: str, message: str) -> dict[str, Any]:
+    failures = [PodFailure(reason, "p", message)]
+    rolling = DeploymentFacts(1, 1, 2, 2, 1, 1, available_replicas=1)
+    return desired_status(
+        service(),
+        deployment=rolling,
+        sku_name="L40S",
+        batching=spec_decision(2048, 64),
+        problem=None,
+        now=T0,
+        pod_failures=failures,
+        num_pods=2,
+    )
+
+
+def test_a_failure_is_one_event_per_transition_not_per_pass() -> None:
+    crash = degraded("CrashLoopBackOff", "exit code 2: bad flag")
+    first = reconcile_events("pod", [], status(), crash)
+    assert [(e.reason, e.warning) for e in first] == [("PhaseDegraded", True)]
+    assert "CrashLoopBackOff" in first[0].message
+    # The same failure seen again, even with other words: nothing new to tell.
+    again = degraded("CrashLoopBackOff", "exit code 2: bad flag at line 3")
+    assert reconcile_events("resync", [], crash, again) == []
+    # A new way of failing is a new transition.
+    oom = reconcile_events("pod", [], crash, degraded("OOMKilled", ""))
+    assert [(e.reason, e.warning) for e in oom] == [("OOMKilled", True)]
+
+
+def test_an_infeasible_event_carries_the_longer_reasons() -> None:
+    events = reconcile_events(
+        "update", [], status(), status("no GPU fits"), detail="nodes offer: L40S (1 node(s))"
+    )
+    assert events[0].message.endswith("no GPU fits (nodes offer: L40S (1 node(s)))")

@@ -70,11 +70,30 @@ def test_hpa_policy_reads_running_per_pod() -> None:
     assert policy.interval_s == 15.0
 
 
-def test_keda_scales_on_total_waiting_over_threshold_5() -> None:
-    policy = KedaPolicy(min_replicas=1, max_replicas=20)
-    assert policy.decide(view(30.0, [1, 1], waiting=40)).replicas == 6  # 40/5=8, +4 from 2
-    assert policy.interval_s == 30.0
-    assert policy.decide(view(60.0, [1] * 6, waiting=0)).replicas == 6  # 300 s cooldown
+def test_keda_scales_on_requests_in_flight_through_its_hpa_every_15_s() -> None:
+    policy = KedaPolicy(threshold=5.0, min_replicas=1, max_replicas=20)
+    # 2 running + 40 waiting = 42 in flight: ceil(42 / 5) = 9, but an HPA without a behavior
+    # grows to at most max(2 x 2, 4) = 4 per sync.
+    assert policy.decide(view(15.0, [1, 1], waiting=40)).replicas == 4
+    assert policy.interval_s == 15.0
+    assert policy.decide(view(30.0, [1] * 4, spec=4, waiting=40)).replicas == 8
+    assert policy.decide(view(45.0, [1] * 8, waiting=0)).replicas == 8  # 300 s stabilization
+
+
+def test_hpa_without_a_behavior_doubles_or_adds_up_to_four() -> None:
+    legacy = HpaBehavior(1, 100, legacy=True)
+    assert legacy.apply(0.0, 1, 50) == 4  # max(2 x 1, 4)
+    assert HpaBehavior(1, 100, legacy=True).apply(0.0, 10, 50) == 20
+
+
+def test_aibrix_cooldown_takes_the_lowest_recommendation_of_300_s_on_the_way_down() -> None:
+    # As coded in AIBrix's stabilizeRecommendation: below the current count, the smallest
+    # recommendation of the cooldown window wins, even one lower than today's.
+    policy = KpaPolicy(target_running_per_replica=10.0, min_replicas=1, max_replicas=50)
+    assert policy._cool_down(0.0, 4, 1) == 1
+    assert policy._cool_down(100.0, 4, 3) == 1  # 1 (t=0) is within 300 s
+    assert policy._cool_down(200.0, 4, 6) == 6  # up: this recommendation alone
+    assert policy._cool_down(301.0, 4, 3) == 3  # the 1 aged out
 
 
 def test_kpa_panics_on_a_sustained_burst_and_at_most_doubles() -> None:

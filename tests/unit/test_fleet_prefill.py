@@ -9,8 +9,9 @@ from __future__ import annotations
 from test_fleet import TIMER
 
 from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.autoscale.loop import ServiceState
 from tokenpilot_lab.fleet import FleetConfig, simulate
-from tokenpilot_lab.fleet.policies.tokenpilot import TokenPilotPolicy
+from tokenpilot_lab.fleet.operator import OperatorPolicy
 from tokenpilot_lab.sim import EngineConfig
 from tokenpilot_lab.workload import Trace, TraceRequest
 
@@ -32,7 +33,7 @@ def test_long_prompts_one_at_a_time_buy_no_replica_and_give_one_back() -> None:
     arrivals_s = [10.0 + 20.0 * i for i in range(45)]
     result = simulate(
         trace(arrivals_s, LONG_PROMPT_TOKENS, 900.0),
-        TokenPilotPolicy(AUTOSCALE),
+        OperatorPolicy(ServiceState(AUTOSCALE)),
         FLEET,
         ENGINE,
         TIMER,
@@ -47,7 +48,11 @@ def test_long_prompts_arriving_together_still_scale_out() -> None:
     # TTFT breach is load, which more replicas spread.
     arrivals_s = [10.0 + 60.0 * burst + 0.01 * i for burst in range(10) for i in range(8)]
     result = simulate(
-        trace(arrivals_s, 20_000, 600.0), TokenPilotPolicy(AUTOSCALE), FLEET, ENGINE, TIMER
+        trace(arrivals_s, 20_000, 600.0),
+        OperatorPolicy(ServiceState(AUTOSCALE)),
+        FLEET,
+        ENGINE,
+        TIMER,
     )
     assert max(result.timeline.spec_replicas) > 2
     assert any(e.to_replicas > e.from_replicas for e in result.scale_events)

@@ -88,7 +88,7 @@ def test_strict_crossing_is_an_error(capsys: pytest.CaptureFixture[str]):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--gpu", "B200", *BASE[1:]], ["unknown GPU 'B200'", "H100-80GB", "ConfigMap"]),
+        (["--gpu", "B200", *BASE[1:]], ["unknown GPU 'B200'", "H100-80GB", "--profiles-dir"]),
         (["--gpu", "H100", "--itl-p99", "50ms"], ["missing model shape", "--model", "--shape"]),
         (["--gpu", "H100", "--model", "gpt-5"], ["unknown model preset 'gpt-5'", "--shape"]),
         (["--gpu", "H100", "--model", "llama-3.1-8b", "--itl-p99", "50"], ["--itl-p99", "50ms"]),

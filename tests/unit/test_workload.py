@@ -15,6 +15,7 @@ from tokenpilot_lab.workload import (
     TraceRequest,
     bursts,
     diurnal,
+    overlay,
     poisson,
     scale_rate,
     scale_time,
@@ -166,3 +167,32 @@ def test_peak_window_finds_the_burst() -> None:
     trace = Trace("t", tuple(sorted(calm + burst, key=lambda r: r.arrival_s)), 1000.0)
     start = trace.peak_window_start_s(60.0)
     assert 585.0 <= start <= 600.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(copies=st.integers(1, 6), seed=st.integers(0, 1000))
+def test_overlay_multiplies_the_load_and_keeps_the_span_and_shape(copies: int, seed: int) -> None:
+    trace = bursts(1.0, 8.0, 600.0, seed=3)
+    laid = overlay(trace, copies, seed=seed)
+    assert laid.duration_s == trace.duration_s
+    assert laid.num_requests == copies * trace.num_requests
+    assert [r.arrival_s for r in laid.requests] == sorted(r.arrival_s for r in laid.requests)
+    assert overlay(trace, copies, seed=seed) == laid  # deterministic
+
+    def in_bursts(t: Trace) -> int:
+        # Shifts are under 5 s: a burst (the first 30 s of each 300 s) stays where it was.
+        return sum(1 for r in t.requests if (r.arrival_s % 300.0) < 35.0)
+
+    assert in_bursts(laid) >= copies * in_bursts(trace) * 0.9
+
+
+def test_overlay_keeps_each_copy_a_different_user_for_the_prefix_cache() -> None:
+    trace = Trace(
+        "t",
+        (TraceRequest(0.0, 1024, 4, (0, 1)), TraceRequest(1.0, 1024, 4, (0, 2))),
+        10.0,
+        hash_block_tokens=512,
+    )
+    laid = overlay(trace, 2, seed=0)
+    hashes = sorted(r.hash_ids for r in laid.requests)
+    assert hashes == [(0, 1), (0, 2), (3, 4), (3, 5)]

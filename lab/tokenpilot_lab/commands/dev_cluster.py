@@ -27,6 +27,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     build_parser = actions.add_parser("build", help="build the pinned binaries into the cache")
     build_parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build_parser.add_argument(
+        "--link-dir",
+        type=Path,
+        help="where to link helm and kubectl (default: beside this tokenpilot command)",
+    )
 
     def cluster_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--name", default="default", help="cluster name (default: default)")
@@ -56,7 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for name, help_text in (
         ("down", "stop every process `up` started and remove the state directory"),
         ("status", "show the cluster's processes and API server health"),
-        ("env", "print `export KUBECONFIG=...` for this cluster"),
+        ("env", "print `export KUBECONFIG=...` (and PATH for the pinned kubectl and helm)"),
     ):
         cluster_args(actions.add_parser(name, help=help_text))
 
@@ -77,6 +82,8 @@ def _build(args: argparse.Namespace) -> int:
             f"{result.component.key:<24} {what:<7} {result.size_bytes / 2**20:6.0f} MiB  "
             f"{build.component_dir(result.component)}"
         )
+    for link in build.link_tools(args.link_dir):
+        _say(f"{link} -> {link.resolve()}")
     return 0
 
 
@@ -139,6 +146,10 @@ def _pod_mode_text(report: cluster.Status) -> str:
 def _env(args: argparse.Namespace) -> int:
     st = state.load(_state_dir(args))
     print(f"export KUBECONFIG={shlex.quote(st.kubeconfig)}")
+    tools = build.tools_dir()
+    if (tools / "kubectl").exists():
+        # The pinned kubectl and helm first, whatever else the shell has.
+        print(f'export PATH={shlex.quote(str(tools))}:"$PATH"')
     return 0
 
 

@@ -30,6 +30,7 @@ from tokenpilot.api.llmservice import (
     BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
+from tokenpilot.api.units import ITL_P99, TTFT_P99
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
@@ -53,6 +54,7 @@ from tokenpilot_lab.workload import (
     TraceError,
     bursts,
     diurnal,
+    overlay,
     poisson,
     scale_rate,
     window,
@@ -60,6 +62,7 @@ from tokenpilot_lab.workload import (
 
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
 TABLE_WIDTH = 144
+SLO = "ttft=2s,itl=50ms"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +79,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
     parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
-    parser.add_argument("--seed", type=int, default=0, help="synthetic trace seed")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the synthetic trace and of --load's shifts"
+    )
     parser.add_argument("--rate", default="x1", help="replay faster or slower, e.g. x2 or x0.5")
+    parser.add_argument(
+        "--load",
+        default="x1",
+        help="overlay N copies of the trace, each shifted by up to a few seconds (from --seed): "
+        "N times the load over the same span, bursts N-fold, e.g. x8",
+    )
     parser.add_argument("--from", dest="from_s", type=float, default=0.0, help="window start, s")
     parser.add_argument("--to", dest="to_s", type=float, default=None, help="window end, s")
     parser.add_argument("--gpu", default="H100-80GB", help="GPU profile name or alias")
@@ -85,7 +96,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODEL_PRESETS)}"
     )
     parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
-    parser.add_argument("--slo", default="ttft=2s,itl=50ms", help="e.g. ttft=2s,itl=50ms")
+    parser.add_argument(
+        "--slo", default=SLO, help=f"e.g. {SLO} (the units and ranges of slo.ttftP99, slo.itlP99)"
+    )
     parser.add_argument("--policy", default="all", help="all, or a comma list of policies")
     parser.add_argument(
         "--budget",
@@ -143,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.json:
-        print(json.dumps(to_json(trace, results), sort_keys=False))
+        print(json.dumps(to_json(trace, results, cold_start_s=args.cold_start), sort_keys=False))
     else:
         sys.stdout.write(render_table(trace, results, sizing, budgets))
     if args.plot is not None:
@@ -167,6 +180,15 @@ def _load_trace(args: argparse.Namespace) -> Trace:
             trace = _diurnal(args.mean_rps, args.duration, seed=args.seed)
     if args.from_s or args.to_s is not None:
         trace = window(trace, args.from_s, args.to_s)
+    if not trace.requests:
+        # Nothing to serve would score 100 % met; say so instead of printing a perfect table.
+        raise TraceError(
+            "no requests in the chosen span; widen --from/--to, or raise --mean-rps or --duration",
+            source=trace.name,
+        )
+    copies = parse_load(args.load)
+    if copies > 1:
+        trace = overlay(trace, copies, seed=args.seed)
     factor = parse_rate(args.rate)
     return scale_rate(trace, factor) if factor != 1.0 else trace
 
@@ -188,20 +210,29 @@ def parse_rate(text: str) -> float:
     return float(match.group(1))
 
 
+def parse_load(text: str) -> int:
+    match = re.fullmatch(r"x?\s*([0-9]+)", text.strip())
+    if not match or int(match.group(1)) < 1:
+        raise TraceError(f"--load {text!r}: expected a whole number of copies such as x8")
+    return int(match.group(1))
+
+
 def parse_slo(text: str) -> tuple[float, float]:
-    """`ttft=2s,itl=50ms` -> (ttft_s, itl_s)."""
+    """`ttft=2s,itl=50ms` -> (ttft_s, itl_s); each value follows the API's rule for
+    slo.ttftP99 and slo.itlP99, with the same words when it does not."""
+    rules = {"ttft": TTFT_P99, "itl": ITL_P99}
     values: dict[str, float] = {}
     for part in text.split(","):
-        key, _, value = part.partition("=")
-        match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(ms|s)", value.strip())
-        if key.strip() not in ("ttft", "itl") or not match:
-            raise ValueError(
-                f"--slo {text!r}: write ttft=<n>s|ms,itl=<n>s|ms, e.g. ttft=2s,itl=50ms"
-            )
-        scale = 1e-3 if match.group(2) == "ms" else 1.0
-        values[key.strip()] = float(match.group(1)) * scale
-    if set(values) != {"ttft", "itl"} or min(values.values()) <= 0:
-        raise ValueError(f"--slo {text!r}: both ttft and itl must be given and positive")
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if key not in rules or not sep:
+            raise ValueError(f"--slo {text!r}: write ttft=<duration>,itl=<duration>, e.g. {SLO}")
+        try:
+            values[key] = rules[key].parse_s(value)
+        except ValueError as exc:
+            raise ValueError(f"--slo {text!r}: {key}: {exc}") from None
+    if set(values) != set(rules):
+        raise ValueError(f"--slo {text!r}: give both ttft and itl, e.g. {SLO}")
     return values["ttft"], values["itl"]
 
 
@@ -298,6 +329,7 @@ def _simulate(
             trace, entries, timer, lambda name, done: bar.update(tasks[name], completed=done)
         )
     budgets = {
+        "cold_start": f"{fleet.cold_start_s:g} s from scale-up to Ready, for every policy",
         "prefix_cache": _prefix_cache_line(trace, caching),
         "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
@@ -325,7 +357,9 @@ def _num(value: float, digits: int) -> float | None:
     return None if math.isnan(value) else round(value, digits)
 
 
-def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
+def to_json(
+    trace: Trace, results: Sequence[FleetResult], *, cold_start_s: float
+) -> dict[str, object]:
     policies: dict[str, object] = {}
     for result in results:
         summary = result.summary()
@@ -341,7 +375,12 @@ def to_json(trace: Trace, results: Sequence[FleetResult]) -> dict[str, object]:
             "scale_events": len(result.scale_events),
             "prefix_cache_hit_rate": _num(result.prefix_cache_hit_rate, 6),
         }
-    return {"trace": trace.name, "requests": trace.num_requests, "policies": policies}
+    return {
+        "trace": trace.name,
+        "requests": trace.num_requests,
+        "cold_start_s": cold_start_s,
+        "policies": policies,
+    }
 
 
 def _pct(value: float) -> str:
@@ -364,10 +403,11 @@ def render_table(
         highlight=False,
     )
     console.print(
-        f"  token budget: tokenpilot {budgets['tuned']}; others vLLM's default "
-        f"{budgets['default']}",
+        f"  token budget: tokenpilot and the +tuned rows {budgets['tuned']}; the others "
+        f"vLLM's default {budgets['default']}",
         highlight=False,
     )
+    console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
     if budgets.get("prefix_cache"):
         console.print(f"  prefix cache: {budgets['prefix_cache']}", highlight=False)
     for note in trace.notes:
@@ -375,9 +415,18 @@ def render_table(
     if budgets.get("start"):
         console.print(f"  replicas Ready at the start: {budgets['start']}", highlight=False)
     if sizing is not None:
+        tuned = sizing.tuned_capacity
         console.print(
-            f"  sizing: {sizing.reason}; hpa/kpa target "
-            f"{sizing.target_running_per_replica:g} running per replica",
+            f"  sizing: {sizing.reason}; one replica's measured capacity (its load at the "
+            f"fastest replay of the busiest 5 min meeting 99 %): default budget "
+            f"{sizing.target_running_per_replica:g} running (hpa, aibrix-kpa target), "
+            f"{sizing.target_in_flight_per_replica:g} in flight (keda threshold)"
+            + (
+                ""
+                if tuned is None
+                else f"; tuned budget {tuned.running_per_replica:g} running, "
+                f"{tuned.in_flight_per_replica:g} in flight"
+            ),
             highlight=False,
         )
     table = Table(box=None, pad_edge=False)

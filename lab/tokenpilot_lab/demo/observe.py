@@ -17,6 +17,7 @@ from typing import Any
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.pods import ready_engine_pods
 from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget
+from tokenpilot.core.autoscale.window import Ring, observe_scrapes
 from tokenpilot_lab.demo.settings import NAMESPACE, SERVICE
 from tokenpilot_lab.demo.stack import read_service
 from tokenpilot_lab.loadgen import Balancer
@@ -45,7 +46,8 @@ class Observer:
     def __init__(self, client: KubeClient, balancer: Balancer) -> None:
         self.client = client
         self.balancer = balancer
-        self.source = DirectSource(window_s=VIEW_WINDOW_S, timeout_s=2.0)
+        self.source = DirectSource(timeout_s=2.0)
+        self.rings: dict[str, Ring] = {}
 
     def _read(self) -> tuple[dict[str, Any], tuple[PodEndpoint, ...]]:
         service = read_service(self.client)
@@ -64,7 +66,14 @@ class Observer:
         self.balancer.set_endpoints(bases)
         spec, status = service["spec"], service.get("status", {})
         target = ServiceTarget(NAMESPACE, SERVICE, int(spec.get("replicas", 0)), len(pods), pods)
-        observation = await self.source.observe(target, time.monotonic())
+        scrapes = await self.source.read(target, time.monotonic())
+        self.rings, observation = observe_scrapes(
+            self.rings,
+            scrapes,
+            desired_replicas=target.desired_replicas,
+            ready_replicas=target.ready_replicas,
+            window_s=VIEW_WINDOW_S,
+        )
         tuning = status.get("tuning") or {}
         decision = status.get("autoscaling") or {}
         itl = observation.itl

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from tokenpilot_lab.devcluster import paths
 from tokenpilot_lab.devcluster.errors import BinariesMissing, BuildFailed, ToolchainMissing
-from tokenpilot_lab.devcluster.versions import COMPONENTS, Component
+from tokenpilot_lab.devcluster.versions import CLIENT_TOOLS, COMPONENTS, Component
 
 MIN_GO = (1, 24)
 RECEIPT = "build.json"
@@ -231,3 +232,27 @@ def build(
         )
         results.append(result)
     return results
+
+
+def tools_dir() -> Path:
+    """Where `make tools` links the client tools: beside the `tokenpilot` command (the
+    virtualenv's bin), which is on the PATH wherever `tokenpilot` is."""
+    return Path(sysconfig.get_path("scripts"))
+
+
+def link_tools(dest: Path | None = None) -> list[Path]:
+    """Symlink the built helm and kubectl into `dest` (default `tools_dir()`), replacing an
+    earlier link but never a file of someone else's; the links made or kept."""
+    dest = tools_dir() if dest is None else dest
+    dest.mkdir(parents=True, exist_ok=True)
+    linked = []
+    for name in CLIENT_TOOLS:
+        target, link = binary(name), dest / name
+        if link.exists() and not link.is_symlink():
+            continue  # a real file: not ours to replace
+        staging = dest / f".{name}.link-{os.getpid()}"
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(target)
+        staging.replace(link)
+        linked.append(link)
+    return linked

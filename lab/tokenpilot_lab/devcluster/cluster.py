@@ -35,7 +35,13 @@ from tokenpilot_lab.devcluster import (
     procs,
     state,
 )
-from tokenpilot_lab.devcluster.components import RUNNER_CHILDREN_FILE, SERVICE_IP, Timeouts
+from tokenpilot_lab.devcluster.components import (
+    AUDIT_POLICY,
+    AUDIT_POLICY_FILE,
+    RUNNER_CHILDREN_FILE,
+    SERVICE_IP,
+    Timeouts,
+)
 from tokenpilot_lab.devcluster.errors import (
     ComponentFailed,
     DevClusterError,
@@ -217,6 +223,7 @@ def _start(
         },
     }
     st.save()
+    (d / AUDIT_POLICY_FILE).write_text(AUDIT_POLICY)
     kwok_config = d / "kwok.yaml"
     kwok_config.write_text(
         kwokconfig.render(
@@ -320,6 +327,51 @@ def runner_children(state_dir: Path) -> list[procs.ProcessRef]:
         return [procs.ProcessRef.from_json(p) for p in json.loads(path.read_text())]
     except (OSError, ValueError, KeyError, TypeError):
         return []
+
+
+def restart(
+    state_dir: Path,
+    name: str,
+    *,
+    down_s: float = 0.0,
+    signal_kill: bool = False,
+    timeout_s: float = 60.0,
+) -> float:
+    """Stop one component (SIGTERM, or SIGKILL as a crash would), keep it down for `down_s`,
+    start it again with the same command line and wait until it is ready; the seconds from
+    the stop to ready. The chaos tests' way to take the control plane away under a workload."""
+    st = state.load(state_dir)
+    index = next((i for i, p in enumerate(st.processes) if p.name == name), None)
+    if index is None:
+        raise DevClusterError(f"dev cluster {st.name!r} runs no {name!r}")
+    ref = st.processes[index]
+    if not ref.argv:
+        raise DevClusterError(f"{name} was started before restarts were recorded; run `up` again")
+    started = time.monotonic()
+    if signal_kill:
+        procs.kill(ref)
+    else:
+        procs.stop(ref)
+    time.sleep(down_s)
+    proc, new = procs.start(name, ref.argv, Path(ref.log), cwd=state_dir)
+    st.processes[index] = new
+    st.save()
+    procs.wait_ready(proc, new, _readiness(st, name), timeout_s=timeout_s)
+    return time.monotonic() - started
+
+
+def _readiness(st: state.ClusterState, name: str) -> Callable[[], bool]:
+    if name == "kube-apiserver":
+        return _https_ready(
+            f"{st.apiserver_url}/readyz",
+            st.state_dir / "pki" / "ca.crt",
+            _admin_token(st.state_dir),
+        )
+    if name == "etcd":
+        url = f"http://127.0.0.1:{st.ports['etcd']}/health"
+        return lambda: httpx.get(url, timeout=2.0, trust_env=False).status_code == 200
+    deadline = time.monotonic() + 1.0  # no probe of its own: alive for a second will do
+    return lambda: time.monotonic() > deadline
 
 
 def down(state_dir: Path, progress: Progress = lambda _m: None) -> list[procs.ProcessRef]:

@@ -16,6 +16,25 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 RUNNER_READY_FILE = "pod-runner.ready"
 RUNNER_CHILDREN_FILE = "pod-runner-children.json"
+AUDIT_POLICY_FILE = "audit-policy.yaml"
+AUDIT_LOG = "logs/audit.log"
+
+# Writes only, at Metadata level (who, what, when, which user agent: no bodies), and none of the
+# cluster's own machinery, whose heartbeats would drown the log. What the operator, tests and
+# pods (service accounts) change is all there: tests/cluster/test_leader_election.py counts
+# each operator replica's writes from it.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    users: [system:kube-controller-manager, system:kube-scheduler, kwok, pod-runner,
+            system:apiserver]
+  - level: None
+    verbs: [get, list, watch]
+  - level: Metadata
+"""
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,11 @@ def plan(layout: Layout, timeouts: Timeouts) -> list[ProcessSpec]:
                 # 127.0.0.1 is not a valid endpoint address for the `kubernetes` Service.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--audit-policy-file={d / AUDIT_POLICY_FILE}",
+                f"--audit-log-path={d / AUDIT_LOG}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=200",
+                "--audit-log-maxbackup=1",
             ],
             ReadyCheck(
                 url=f"{_local(p['kube-apiserver'])}/readyz",

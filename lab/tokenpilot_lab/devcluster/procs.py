@@ -30,6 +30,7 @@ class ProcessRef:
     pid: int
     start_ticks: int
     log: str
+    argv: tuple[str, ...] = ()  # what started it, so `cluster.restart` can start it again
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -37,6 +38,7 @@ class ProcessRef:
             "pid": self.pid,
             "start_ticks": self.start_ticks,
             "log": self.log,
+            "argv": list(self.argv),
         }
 
     @classmethod
@@ -46,6 +48,7 @@ class ProcessRef:
             pid=int(data["pid"]),  # type: ignore[call-overload]
             start_ticks=int(data["start_ticks"]),  # type: ignore[call-overload]
             log=str(data["log"]),
+            argv=tuple(str(a) for a in data.get("argv") or ()),  # type: ignore[attr-defined]
         )
 
 
@@ -99,7 +102,10 @@ def start(
         except OSError as exc:
             raise ComponentFailed(f"{name}: cannot run {argv[0]}: {exc}") from exc
     ticks = start_ticks(proc.pid)
-    return proc, ProcessRef(name=name, pid=proc.pid, start_ticks=ticks or 0, log=str(log))
+    ref = ProcessRef(
+        name=name, pid=proc.pid, start_ticks=ticks or 0, log=str(log), argv=tuple(argv)
+    )
+    return proc, ref
 
 
 def wait_ready(
@@ -157,3 +163,22 @@ def _reap(pid: int) -> None:
     # Our own children turn into zombies until waited for; elsewhere this is a no-op.
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def kill(ref: ProcessRef, *, timeout_s: float = 5.0) -> bool:
+    """SIGKILL the process group at once, as a crash would; True once it is gone."""
+    if not is_alive(ref):
+        return False
+    try:
+        os.killpg(ref.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        os.kill(ref.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(ref.pid)
+        if not is_alive(ref):
+            return True
+        time.sleep(POLL_S)
+    return not is_alive(ref)

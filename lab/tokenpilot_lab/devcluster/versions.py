@@ -1,6 +1,6 @@
 """Pinned versions of the control-plane binaries and how each is built from the Go module proxy.
 
-Kubernetes is pinned at v1.33.x so the distribution's kubectl stays within version skew; etcd at
+Kubernetes is pinned at v1.33.x, and kubectl is built at the same version; etcd at
 v3.6.x because kube-apiserver turns off watch-progress requests on older servers; kwok and helm are
 plain Go modules. Bumping a version (or a component's build variant) here changes the cache key,
 so the next build picks it up.
@@ -41,7 +41,7 @@ class Component:
         return f"{self.name}-{self.version}{suffix}"
 
 
-def _kubernetes() -> Component:
+def _kubernetes_stamp() -> tuple[str, ...]:
     major, minor, _patch = KUBERNETES_VERSION.lstrip("v").split(".")
     stamp: list[str] = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -51,6 +51,10 @@ def _kubernetes() -> Component:
             f"-X {pkg}.gitMinor={minor}",
             f"-X {pkg}.gitTreeState=clean",
         ]
+    return tuple(stamp)
+
+
+def _kubernetes() -> Component:
     return Component(
         name="kubernetes",
         module="k8s.io/kubernetes",
@@ -61,7 +65,21 @@ def _kubernetes() -> Component:
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         },
         sibling_version="v0." + KUBERNETES_VERSION.split(".", 1)[1],
-        ldflags=tuple(stamp),
+        ldflags=_kubernetes_stamp(),
+    )
+
+
+def _kubectl() -> Component:
+    # The client at the server's version, so the docs' kubectl commands (and the tests') run
+    # within version skew whatever the machine has; its own cache entry, so building it leaves
+    # the control plane's untouched.
+    return Component(
+        name="kubectl",
+        module="k8s.io/kubernetes",
+        version=KUBERNETES_VERSION,
+        binaries={"kubectl": "k8s.io/kubernetes/cmd/kubectl"},
+        sibling_version="v0." + KUBERNETES_VERSION.split(".", 1)[1],
+        ldflags=_kubernetes_stamp(),
     )
 
 
@@ -108,4 +126,6 @@ def _helm() -> Component:
     )
 
 
-COMPONENTS: tuple[Component, ...] = (_etcd(), _kubernetes(), _kwok(), _helm())
+COMPONENTS: tuple[Component, ...] = (_etcd(), _kubernetes(), _kwok(), _helm(), _kubectl())
+# The client tools `make tools` puts next to the `tokenpilot` command (see build.link_tools).
+CLIENT_TOOLS = ("helm", "kubectl")

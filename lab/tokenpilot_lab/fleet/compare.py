@@ -1,8 +1,11 @@
 """Every policy on the same trace: how each contender is set up, and the runs in order.
 
-Baselines run vLLM with its default token budget, as a deployment without TokenPilot would;
+Baselines run vLLM with its default token budget, as a deployment without TokenPilot would,
+and again on TokenPilot's tuned budget (`hpa+tuned`, `keda+tuned`, `aibrix-kpa+tuned`);
 `tokenpilot` runs the tuned budget; `vllm-default-budget` is TokenPilot's scaling with the
-default budget, so the difference between the two is what tuning buys.
+default budget. So `tokenpilot` against `vllm-default-budget` is what tuning buys, and
+`tokenpilot` against the `+tuned` rows what the policy buys. Every baseline's target is one
+replica's load at its measured capacity on the budget it runs (`fleet.sizing`).
 """
 
 from __future__ import annotations
@@ -13,19 +16,40 @@ from functools import partial
 
 from tokenpilot.api.llmservice import LLMServiceSpec
 from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.autoscale.capacity import ReplicaModel
+from tokenpilot.core.autoscale.loop import ServiceState
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.config import FleetConfig
+from tokenpilot_lab.fleet.operator import OperatorPolicy
 from tokenpilot_lab.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy, StaticPolicy
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
-from tokenpilot_lab.fleet.policies.tokenpilot import TokenPilotPolicy
 from tokenpilot_lab.fleet.results import FleetResult
 from tokenpilot_lab.fleet.simulator import ProgressFn, simulate
-from tokenpilot_lab.fleet.sizing import Sizing, size_for_opening, size_for_peak
+from tokenpilot_lab.fleet.sizing import (
+    Capacity,
+    Sizing,
+    measure_capacity,
+    size_for_opening,
+    size_for_peak,
+)
 from tokenpilot_lab.sim import EngineConfig, StepTimer
-from tokenpilot_lab.workload import Trace
+from tokenpilot_lab.workload import Trace, window
 
-POLICY_NAMES = ("tokenpilot", "static-peak", "hpa", "keda", "aibrix-kpa", "vllm-default-budget")
+POLICY_NAMES = (
+    "tokenpilot",
+    "static-peak",
+    "hpa",
+    "keda",
+    "aibrix-kpa",
+    "vllm-default-budget",
+    "hpa+tuned",
+    "keda+tuned",
+    "aibrix-kpa+tuned",
+)
+# The baselines, each also run on TokenPilot's tuned budget as `<name>+tuned`.
+BASELINES = ("hpa", "keda", "aibrix-kpa")
+TUNED_SUFFIX = "+tuned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +100,18 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}".rstrip("0").rstrip(".") + "ms"
 
 
+def replica_model(engine: EngineConfig, timer: StepTimer, fleet: FleetConfig) -> ReplicaModel:
+    """One replica of `engine` as the operator's autoscaler prices it."""
+    return ReplicaModel(
+        pricer=timer,
+        token_budget=engine.max_num_batched_tokens,
+        max_num_seqs=engine.max_num_seqs,
+        num_kv_tokens=engine.num_kv_blocks * engine.block_size,
+        itl_slo_s=fleet.itl_slo_s,
+        ttft_slo_s=fleet.ttft_slo_s,
+    )
+
+
 def contenders(
     names: Sequence[str],
     trace: Trace,
@@ -88,11 +124,24 @@ def contenders(
     target_running_per_replica: float | None = None,
     model: str = "llama-3.1-8b",
 ) -> tuple[list[Contender], Sizing | None]:
-    """Build the named contenders; sizes the static fleet (and the HPA/KPA target) if needed."""
-    needs_sizing = any(n in ("static-peak", "hpa", "aibrix-kpa") for n in names)
-    if sizing is None and needs_sizing:
+    """Build the named contenders; sizes the static fleet and the baselines' targets if needed."""
+    if sizing is None and "static-peak" in names:
         sizing = size_for_peak(trace, fleet, default_engine, timer)
-    target = target_running_per_replica or (sizing.target_running_per_replica if sizing else 1.0)
+    capacities: dict[str, Capacity] = {}
+
+    def capacity(engine: EngineConfig) -> Capacity:
+        key = "tuned" if engine is tuned_engine else "default"
+        if key not in capacities:
+            if target_running_per_replica is not None:
+                capacities[key] = Capacity(target_running_per_replica, target_running_per_replica)
+            elif key == "default" and sizing is not None:
+                capacities[key] = Capacity(
+                    sizing.target_running_per_replica, sizing.target_in_flight_per_replica
+                )
+            else:
+                capacities[key] = measure_capacity(_peak(trace), fleet, engine, timer)
+        return capacities[key]
+
     autoscaled_fleet = fleet
     if fleet.initial_replicas is None and any(n != "static-peak" for n in names):
         # Every autoscaler starts from the same fleet: what the opening window needs.
@@ -102,23 +151,20 @@ def contenders(
     autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
     for name in names:
-        if name == "tokenpilot":
-            out.append(
-                Contender(
-                    name,
-                    lambda: TokenPilotPolicy(autoscale, interval_s=interval_s),
-                    tuned_engine,
-                    autoscaled_fleet,
-                )
+        engine = tuned_engine if name.endswith(TUNED_SUFFIX) else default_engine
+        base = name.removesuffix(TUNED_SUFFIX)
+        if name in ("tokenpilot", "vllm-default-budget"):
+            engine = tuned_engine if name == "tokenpilot" else default_engine
+            policy = replace(
+                autoscale,
+                startup_s=fleet.cold_start_s,
+                replica_model=replica_model(engine, timer, fleet),
             )
-        elif name == "vllm-default-budget":
             out.append(
                 Contender(
                     name,
-                    lambda: TokenPilotPolicy(
-                        autoscale, name="vllm-default-budget", interval_s=interval_s
-                    ),
-                    default_engine,
+                    partial(_operator, name, policy, interval_s),
+                    engine,
                     autoscaled_fleet,
                 )
             )
@@ -127,19 +173,37 @@ def contenders(
             n = sizing.replicas
             static_fleet = replace(fleet, initial_replicas=n)
             out.append(Contender(name, partial(StaticPolicy, n), default_engine, static_fleet))
-        elif name == "hpa":
+        elif base == "hpa":
+            target = capacity(engine).running_per_replica
             out.append(
-                Contender(name, lambda: HpaPolicy(target, lo, hi), default_engine, autoscaled_fleet)
+                Contender(name, partial(HpaPolicy, target, lo, hi, name), engine, autoscaled_fleet)
             )
-        elif name == "keda":
+        elif base == "keda":
+            threshold = capacity(engine).in_flight_per_replica
             out.append(
-                Contender(name, lambda: KedaPolicy(lo, hi), default_engine, autoscaled_fleet)
+                Contender(
+                    name, partial(KedaPolicy, threshold, lo, hi, name), engine, autoscaled_fleet
+                )
             )
-        elif name == "aibrix-kpa":
+        elif base == "aibrix-kpa":
+            target = capacity(engine).running_per_replica
             out.append(
-                Contender(name, lambda: KpaPolicy(target, lo, hi), default_engine, autoscaled_fleet)
+                Contender(name, partial(KpaPolicy, target, lo, hi, name), engine, autoscaled_fleet)
             )
+    if sizing is not None:
+        sizing = replace(sizing, tuned_capacity=capacities.get("tuned"))
     return out, sizing
+
+
+def _operator(name: str, policy: AutoscalePolicy, interval_s: float) -> FleetPolicy:
+    return OperatorPolicy(ServiceState(policy, interval_s=interval_s), name=name)
+
+
+def _peak(trace: Trace) -> Trace:
+    """The busiest 5 min of `trace`, where the baselines' targets are measured."""
+    start_s = trace.peak_window_start_s(300.0)
+    end_s = min(trace.duration_s, start_s + 300.0)
+    return window(trace, start_s, end_s) if end_s > start_s else trace
 
 
 def run_contenders(

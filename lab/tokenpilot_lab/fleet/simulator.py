@@ -47,6 +47,9 @@ class _Replica:
         "index",
         "itl",
         "name",
+        "num_output_tokens",
+        "num_prompt_tokens",
+        "num_requests",
         "outstanding",
         "ready_s",
         "removed_s",
@@ -65,6 +68,10 @@ class _Replica:
         self.removed_s: float | None = None
         self.ended_s: float | None = None
         self.outstanding = 0
+        # vLLM's counters, as the engine's /metrics would show them.
+        self.num_prompt_tokens = 0
+        self.num_output_tokens = 0
+        self.num_requests = 0
 
 
 class FleetSimulation:
@@ -213,11 +220,14 @@ class FleetSimulation:
             if ttft_s <= self.config.ttft_slo_s and itl_p99_s <= self.config.itl_slo_s:
                 self._num_met += 1
             replica.outstanding -= 1
+            replica.num_requests += 1
             if stats.finish_s > self._last_finish_s:
                 self._last_finish_s = stats.finish_s
         elif type(event) is FirstToken:
             index = int(event.request_id)
             replica.ttft.observe(event.time_s - self._arrival_s[index])
+            replica.num_prompt_tokens += self.trace.requests[index].num_prompt_tokens
+            replica.num_output_tokens += 1
 
     def _dispatch(self, index: int, now_s: float) -> None:
         best: _Replica | None = None
@@ -261,6 +271,7 @@ class FleetSimulation:
             engine = replica.engine
             log = engine.drain_step_log()
             replica.itl.observe_steps(log.duration_s, log.num_decode_tokens)
+            replica.num_output_tokens += sum(log.num_decode_tokens)
             pods.append(
                 PodSample(
                     name=replica.name,
@@ -270,6 +281,10 @@ class FleetSimulation:
                     kv_cache_usage=engine.kv_cache_usage,
                     ttft_buckets=replica.ttft.cumulative(),
                     itl_buckets=replica.itl.cumulative(),
+                    prompt_tokens_total=replica.num_prompt_tokens,
+                    cached_prompt_tokens_total=engine.num_prefix_cache_hits_total,
+                    output_tokens_total=replica.num_output_tokens,
+                    requests_total=replica.num_requests,
                 )
             )
         # Draining replicas are no longer scraped (not Ready); their step logs are let go.

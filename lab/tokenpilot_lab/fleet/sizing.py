@@ -31,6 +31,15 @@ DEFAULT_MIN_ATTAINMENT = 0.99
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """One replica at the fastest replay of the peak window that still meets the goal: the
+    requests it then runs, and has in flight (running + waiting), on average."""
+
+    running_per_replica: float
+    in_flight_per_replica: float
+
+
+@dataclass(frozen=True, slots=True)
 class Sizing:
     replicas: int
     target_running_per_replica: float
@@ -38,6 +47,9 @@ class Sizing:
     peak_window_s: float
     peak_attainment: float
     reason: str
+    target_in_flight_per_replica: float = 1.0
+    # The same measurement on the tuned budget, for the `+tuned` baselines.
+    tuned_capacity: Capacity | None = None
 
 
 def size_for_peak(
@@ -65,7 +77,11 @@ def size_for_peak(
         trace, fleet, engine_config, timer, window_s=peak_window_s, min_attainment=min_attainment
     )
     if opening.replicas > busiest.replicas:
-        return replace(opening, target_running_per_replica=busiest.target_running_per_replica)
+        return replace(
+            opening,
+            target_running_per_replica=busiest.target_running_per_replica,
+            target_in_flight_per_replica=busiest.target_in_flight_per_replica,
+        )
     return busiest
 
 
@@ -128,11 +144,11 @@ def _size_window(
             f"{run(high).servable_attainment:.1%} on the {label} {peak_window_s:g} s"
         )
     result = run(high)
+    capacity = measure_capacity(peak, fleet, engine_config, timer, min_attainment)
     return Sizing(
         replicas=high,
-        target_running_per_replica=_capacity_running(
-            peak, fleet, engine_config, timer, min_attainment
-        ),
+        target_running_per_replica=capacity.running_per_replica,
+        target_in_flight_per_replica=capacity.in_flight_per_replica,
         peak_start_s=start_s,
         peak_window_s=end_s - start_s,
         peak_attainment=result.servable_attainment,
@@ -140,30 +156,33 @@ def _size_window(
     )
 
 
-def _capacity_running(
+def measure_capacity(
     peak: Trace,
     fleet: FleetConfig,
     engine_config: EngineConfig,
     timer: StepTimer,
-    min_attainment: float,
-) -> float:
-    """Mean running requests on one replica at the fastest replay of `peak` that meets the goal."""
+    min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+) -> Capacity:
+    """One replica's load at the fastest replay of `peak` that meets the goal (see Capacity)."""
     one = replace(fleet, initial_replicas=1, min_replicas=1, max_replicas=1)
 
     def run(factor: float) -> FleetResult:
         return simulate(scale_rate(peak, factor), StaticPolicy(1), one, engine_config, timer)
 
-    def mean_running(result: FleetResult) -> float:
+    def mean_running(result: FleetResult) -> tuple[float, float]:
         running = result.timeline.num_running
-        return sum(running) / len(running) if running else 0.0
+        waiting = result.timeline.num_waiting
+        if not running:
+            return 0.0, 0.0
+        return sum(running) / len(running), (sum(running) + sum(waiting)) / len(running)
 
     if not peak.requests:
-        return 1.0
+        return Capacity(1.0, 1.0)
     # Bracket the fastest passing rate: from x1 double up until it fails, or halve down until
     # it passes; then bisect between the two.
     good: float | None = None
     bad: float | None = None
-    best = 0.0
+    best = (0.0, 0.0)
     factor = 1.0
     while MIN_RATE_FACTOR <= factor <= MAX_RATE_FACTOR:
         result = run(factor)
@@ -185,4 +204,4 @@ def _capacity_running(
                 good, best = mid, mean_running(result)
             else:
                 bad = mid
-    return max(1.0, round(best, 1))
+    return Capacity(max(1.0, round(best[0], 1)), max(1.0, round(best[1], 1)))

@@ -32,6 +32,12 @@ class PodSample:
     kv_cache_usage: float
     ttft_buckets: tuple[Bucket, ...]
     itl_buckets: tuple[Bucket, ...]
+    # vLLM's counters: prompt tokens prefilled, of them found in the prefix cache, output
+    # tokens generated, requests finished.
+    prompt_tokens_total: int = 0
+    cached_prompt_tokens_total: int = 0
+    output_tokens_total: int = 0
+    requests_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)

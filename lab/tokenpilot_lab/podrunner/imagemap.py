@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tokenpilot_lab.devcluster.errors import ImageMapError
 from tokenpilot_lab.inputfile import InputFile
@@ -22,18 +22,32 @@ PLACEHOLDERS = ("{python}", "{args}", "{pod_ip}", "{port}")
 
 
 class ImageRule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Either a `command` the image runs as, or the `pullError` pulling it fails with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: str = Field(min_length=1, description="glob over the full image reference")
-    command: list[str] = Field(min_length=1)
+    command: list[str] | None = Field(None, min_length=1)
     # The container's args when the image runs as a container (host network, so a server must
     # bind the pod IP): `{args}` is the pod's args. Default: the pod's args unchanged.
     container_args: list[str] = Field(default_factory=lambda: ["{args}"])
+    pull_error: str | None = Field(
+        None,
+        alias="pullError",
+        description="the image cannot be pulled: the container waits in ErrImagePull, then "
+        "ImagePullBackOff, with this error, as on a node that cannot reach the registry",
+    )
+
+    @model_validator(mode="after")
+    def _command_or_pull_error(self) -> ImageRule:
+        if (self.command is None) == (self.pull_error is None):
+            raise ValueError("give either command (what the image runs) or pullError, not both")
+        return self
 
     @field_validator("command", "container_args")
     @classmethod
-    def _known_placeholders(cls, command: list[str]) -> list[str]:
-        for word in command:
+    def _known_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        for word in command or []:
             for name in re.findall(r"\{[^{}]*\}", word):
                 if name not in PLACEHOLDERS:
                     raise ValueError(
@@ -113,7 +127,7 @@ def render_command(
     python: str = sys.executable,
 ) -> list[str]:
     """The argv to run: `{args}` alone in a word splices the container args in."""
-    return _render(rule.command, args=args, pod_ip=pod_ip, port=port, python=python)
+    return _render(rule.command or [], args=args, pod_ip=pod_ip, port=port, python=python)
 
 
 def render_container_args(

@@ -3,13 +3,16 @@
 what it sees into pod status.
 
 Two threads: the watcher keeps an up-to-date map of pods (list, then watch, relist on expiry);
-the reconciler, every tick, starts processes for new mapped containers, restarts crashed ones
-with the kubelet's back-off, starts terminating those whose pod is being deleted or is gone
-(preStop sleep, SIGTERM, SIGKILL after the grace period; see termination.py), runs readiness
-probes on their period and patches pod status when it changed. Each child runs in its own
-session and is recorded (PID plus start time) in the children file, so `dev-cluster down` can
-stop it even if the runner itself was killed. Each start gets a fresh kubeconfig for the pod's
-ServiceAccount (see credentials.py) in KUBECONFIG, never the runner's own.
+the reconciler, every tick, starts processes for new mapped containers (or fails to pull the
+images the map says cannot be pulled), restarts crashed ones with the kubelet's back-off,
+resolves Secrets and ConfigMaps in env, enforces memory limits and keeps a failed container's
+last log lines as its termination message (see kubelet.py), starts terminating those whose
+pod is being deleted or is gone (preStop sleep, SIGTERM, SIGKILL after the grace period; see
+termination.py), runs readiness probes on their period and patches pod status when it
+changed. Each child runs in its own session and is recorded (PID plus start time) in the
+children file, so `dev-cluster down` can stop it even if the runner itself was killed. Each
+start gets a fresh kubeconfig for the pod's ServiceAccount (see credentials.py) in KUBECONFIG,
+never the runner's own.
 
 Pod modes: `processes` runs every mapped container as the local command of the image map;
 `containers` runs it as a container of its image (containers.py) when podman has that image
@@ -19,6 +22,7 @@ the pod reaches Succeeded or Failed, when its pod's restartPolicy says so; else 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpilot_lab.devcluster import procs
-from tokenpilot_lab.podrunner import containers, credentials, probes
+from tokenpilot_lab.podrunner import containers, credentials, kubelet, probes
 from tokenpilot_lab.podrunner.imagemap import (
     ImageMap,
     ImageRule,
@@ -53,7 +57,9 @@ from tokenpilot_lab.podrunner.termination import (
 log = logging.getLogger("tokenpilot.pod-runner")
 
 TICK_S = 0.25
-WATCH_TIMEOUT_S = 60
+# A watch opened while a restarting API server was not serving yet can stay silent until it
+# times out (seen in tests/chaos: new pods started 62 s late); a short watch bounds that.
+WATCH_TIMEOUT_S = 15
 MAX_BACKOFF_S = 30.0
 # On its own shutdown the runner allows its processes at most this long after SIGTERM, well
 # inside the 10 s `dev-cluster down` gives the runner before it sends SIGKILL.
@@ -94,6 +100,8 @@ class Workload:
     terminated: bool = False  # exited, and the restart policy does not restart it
     starts: int = 0
     container_name: str | None = None  # the podman container of the current start
+    # The container as the pod spec gives it: env sources, limits, termination policy.
+    spec: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     ref: procs.ProcessRef | None = None
     started_at: str | None = None
@@ -110,7 +118,16 @@ class Workload:
     # Where the local process writes its termination message (its terminationMessagePath,
     # rewritten in its args: a local process cannot write /dev/termination-log).
     termination_file: Path | None = None
-    termination_message: str | None = None
+    # The image cannot be pulled (the image map says so): the error, and the attempts so far.
+    pull_error: str | None = None
+    num_pull_attempts: int = 0
+    # A Secret or ConfigMap the env needs is missing: the kubelet's message.
+    config_error: str | None = None
+    memory_limit_bytes: int | None = None
+    oom_killed: bool = False
+    log_offset: int = 0
+    last_reason: str | None = None
+    last_message: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def container_state(self) -> ContainerState:
@@ -119,11 +136,22 @@ class Workload:
         waiting_message = None
         what = "container" if self.container_run is not None else "local process"
         if not running:
-            if self.start_error:
+            if self.pull_error is not None:
+                # ErrImagePull on the first attempt, ImagePullBackOff while waiting to retry.
+                first = self.num_pull_attempts <= 1
+                waiting_reason = "ErrImagePull" if first else "ImagePullBackOff"
+                image = self.spec.get("image", "")
+                waiting_message = f'Back-off pulling image "{image}": {self.pull_error}'
+            elif self.config_error:
+                waiting_reason, waiting_message = "CreateContainerConfigError", self.config_error
+            elif self.start_error:
                 waiting_reason, waiting_message = "RunContainerError", self.start_error
             elif self.restart_count:
                 waiting_reason = "CrashLoopBackOff"
-                waiting_message = f"{what} exited with code {self.last_exit_code}"
+                waiting_message = (
+                    f"back-off restarting failed container {self.container} in pod {self.pod}"
+                    f" ({what} exited with code {self.last_exit_code})"
+                )
             else:
                 waiting_reason = "ContainerCreating"
         return ContainerState(
@@ -136,8 +164,9 @@ class Workload:
             last_exit_code=self.last_exit_code,
             last_finished_at=self.last_finished_at,
             terminated=self.terminated,
-            termination_message=self.termination_message,
             container_id=f"podman://{self.container_name}" if self.container_name else None,
+            last_reason=self.last_reason,
+            last_message=self.last_message,
         )
 
 
@@ -153,7 +182,8 @@ class ContainerStart:
 
 
 def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
-    """Literal values and the common downward-API fields; other sources are not resolved."""
+    """Literal values and the common downward-API fields; Secrets and ConfigMaps are read at
+    each start; other sources are not resolved."""
     meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
     fields = {
         "metadata.name": meta.get("name", ""),
@@ -166,10 +196,13 @@ def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, 
     }
     env: dict[str, str] = {}
     for var in container.get("env") or []:
+        source = var.get("valueFrom") or {}
         if "value" in var:
             env[var["name"]] = str(var["value"])
-        elif "valueFrom" in var and "fieldRef" in var["valueFrom"]:
-            env[var["name"]] = fields.get(var["valueFrom"]["fieldRef"]["fieldPath"], "")
+        elif "fieldRef" in source:
+            env[var["name"]] = fields.get(source["fieldRef"]["fieldPath"], "")
+        elif "secretKeyRef" in source or "configMapKeyRef" in source:
+            continue  # read at each start (kubelet.resolve_env_sources)
         else:
             log.warning(
                 "pod %s/%s: env %s uses a source the pod runner does not resolve; left unset",
@@ -191,6 +224,10 @@ def _termination_message(path: Path | None) -> str | None:
     with path.open("rb") as f:
         data = f.read(TERMINATION_MESSAGE_MAX_BYTES)
     return data.decode(errors="replace") or None
+
+
+def _falls_back_to_logs(container: dict[str, Any]) -> bool:
+    return container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
 
 
 class PodRunner:
@@ -309,16 +346,19 @@ class PodRunner:
         rule = self.images.rule_for(container["image"])
         assert rule is not None
         env = _container_env(pod, container)
-        args = [expand_vars(str(a), env) for a in container.get("args") or []]
-        port = probes.container_port(container)
-        argv = render_command(rule, args=args, pod_ip=pod_ip, port=port, python=self.python)
         container_run = None
-        if self.podman is not None and self.podman.image_exists(container["image"]):
-            command = [expand_vars(str(c), env) for c in container.get("command") or []]
-            if not command:
-                args = render_container_args(rule, args=args, pod_ip=pod_ip, port=port)
-            container_run = ContainerStart(pod, container, rule, command or None, args)
-            argv = []  # made at each start: it carries that start's credentials and hosts
+        if rule.pull_error is not None:
+            argv: list[str] = []  # never started: the image cannot be pulled
+        else:
+            args = [expand_vars(str(a), env) for a in container.get("args") or []]
+            port = probes.container_port(container)
+            argv = render_command(rule, args=args, pod_ip=pod_ip, port=port, python=self.python)
+            if self.podman is not None and self.podman.image_exists(container["image"]):
+                command = [expand_vars(str(c), env) for c in container.get("command") or []]
+                if not command:
+                    args = render_container_args(rule, args=args, pod_ip=pod_ip, port=port)
+                container_run = ContainerStart(pod, container, rule, command or None, args)
+                argv = []  # made at each start: it carries that start's credentials and hosts
         name = f"{meta['namespace']}_{meta['name']}_{container['name']}"
         termination_path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
         termination_file = self.work_dir / f"{name}.termination-log"
@@ -333,6 +373,9 @@ class PodRunner:
             pod_ip=pod_ip,
             probe=probes.readiness_spec(container),
             log_path=self.work_dir / f"{name}.log",
+            spec=dict(container),
+            pull_error=rule.pull_error,
+            memory_limit_bytes=kubelet.memory_limit_bytes(container),
             spec_grace_s=grace_period_s({"spec": pod["spec"]}),
             prestop_sleep_s=prestop_sleep_s(container),
             credentials_for=pod if credentials.wants_token(pod) else None,
@@ -342,6 +385,16 @@ class PodRunner:
         )
 
     def _start(self, w: Workload, now_mono: float) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            sourced = kubelet.resolve_env_sources(self.api, w.namespace, w.spec)
+        except (kubelet.ConfigError, ApiException) as exc:
+            # As the kubelet does: the container is not created, and the start is retried.
+            w.config_error = str(exc) if isinstance(exc, kubelet.ConfigError) else exc.reason
+            w.restart_after_mono = now_mono + CREDENTIALS_RETRY_S
+            return
+        w.config_error = None
         # The runner's own KUBECONFIG is a cluster admin's: a child never inherits it.
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         pod_credentials = None
@@ -366,18 +419,21 @@ class PodRunner:
         workdir.mkdir(parents=True, exist_ok=True)
         if w.container_run is None:
             env.update(w.env)
+            env.update(sourced)
             w.container_name = None
             if w.termination_file is not None:
                 w.termination_file.unlink(missing_ok=True)  # a message is of its own start
         else:
             try:
-                w.argv = self._container_argv(w, workdir, pod_credentials)
+                w.argv = self._container_argv(w, workdir, pod_credentials, {**w.env, **sourced})
             except containers.ContainerSpecError as exc:
                 log.warning("%s/%s %s: %s", w.namespace, w.pod, w.container, exc)
                 w.start_error = str(exc)
                 w.restart_after_mono = now_mono + MAX_BACKOFF_S
                 return
         log.info("starting %s/%s %s: %s", w.namespace, w.pod, w.container, " ".join(w.argv))
+        w.log_offset = w.log_path.stat().st_size if w.log_path.exists() else 0
+        w.oom_killed = False
         try:
             w.proc, w.ref = procs.start(
                 f"{w.namespace}/{w.pod}/{w.container}", w.argv, w.log_path, env=env, cwd=workdir
@@ -395,7 +451,11 @@ class PodRunner:
         w.next_probe_mono = now_mono + w.probe.initial_delay_s
 
     def _container_argv(
-        self, w: Workload, workdir: Path, pod_credentials: credentials.PodCredentials | None
+        self,
+        w: Workload,
+        workdir: Path,
+        pod_credentials: credentials.PodCredentials | None,
+        env: dict[str, str],
     ) -> list[str]:
         assert self.podman is not None and w.container_run is not None
         start = w.container_run
@@ -414,7 +474,7 @@ class PodRunner:
             image=start.container["image"],
             command=start.command,
             args=start.args,
-            env=w.env,
+            env=env,
             mounts=containers.Mounts(
                 work_dir=workdir,
                 kubeconfig=pod_credentials.kubeconfig if pod_credentials else None,
@@ -444,6 +504,12 @@ class PodRunner:
     def _tick_workload(self, w: Workload, now_mono: float) -> None:
         if w.terminated:
             return
+        if w.pull_error is not None:
+            # Never pulled: count the attempts with the kubelet's back-off shape.
+            if now_mono >= w.restart_after_mono:
+                w.num_pull_attempts += 1
+                w.restart_after_mono = now_mono + min(MAX_BACKOFF_S, 2.0**w.num_pull_attempts)
+            return
         if w.proc is None:
             holder = next((t for t in self.terminations if t.pod_ip == w.pod_ip), None)
             if holder is not None:
@@ -457,13 +523,27 @@ class PodRunner:
                 self._start(w, now_mono)
             return
         code = w.proc.poll()
+        limit = w.memory_limit_bytes
+        if code is None and limit is not None and kubelet.resident_bytes(w.proc.pid) > limit:
+            # The cgroup's OOM killer: SIGKILL to the whole container, no grace.
+            log.info("%s/%s %s over its memory limit: killed", w.namespace, w.pod, w.container)
+            w.oom_killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
+            code = w.proc.wait()
         if code is not None:
             log.info("%s/%s %s exited with %s", w.namespace, w.pod, w.container, code)
             w.proc = None
             w.ready = False
-            w.last_exit_code = code
+            # A signal is reported as a container runtime does: 128 + its number.
+            w.last_exit_code = 128 - code if code < 0 else code
+            w.last_reason = "OOMKilled" if w.oom_killed else None
+            # As a kubelet: what the process wrote to its terminationMessagePath, else (when
+            # its policy says so and it failed) the tail of its log.
+            w.last_message = _termination_message(w.termination_file)
+            if w.last_message is None and w.last_exit_code != 0 and _falls_back_to_logs(w.spec):
+                w.last_message = kubelet.termination_message(w.log_path, w.log_offset) or None
             w.last_finished_at = _now_rfc3339()
-            w.termination_message = _termination_message(w.termination_file)
             self._save_children()
             if w.restart_policy == "Never" or (w.restart_policy == "OnFailure" and code == 0):
                 w.terminated = True

@@ -23,15 +23,16 @@ class ContainerState:
     ready: bool
     restart_count: int = 0
     started_at: str | None = None
-    waiting_reason: str | None = None  # ContainerCreating, CrashLoopBackOff
+    waiting_reason: str | None = None  # ContainerCreating, CrashLoopBackOff, ImagePullBackOff
     waiting_message: str | None = None
     last_exit_code: int | None = None
     last_finished_at: str | None = None
     # Exited for good: the pod's restartPolicy does not restart it.
     terminated: bool = False
-    termination_message: str | None = None  # what the container wrote to its message path
     # `podman://<name>` for a container; None for a local process.
     container_id: str | None = None
+    last_reason: str | None = None  # OOMKilled; otherwise Completed or Error by the exit code
+    last_message: str | None = None  # the termination message (FallbackToLogsOnError)
 
 
 def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, Any]:
@@ -45,14 +46,7 @@ def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, A
     if obs.container_id is not None:
         entry["containerID"] = obs.container_id
     if obs.terminated and obs.last_exit_code is not None:
-        terminated = {
-            "exitCode": obs.last_exit_code,
-            "reason": "Completed" if obs.last_exit_code == 0 else "Error",
-            "finishedAt": obs.last_finished_at,
-        }
-        if obs.termination_message:
-            terminated["message"] = obs.termination_message
-        entry["state"] = {"terminated": terminated}
+        entry["state"] = {"terminated": _terminated(obs, obs.last_exit_code)}
         return entry
     if obs.running:
         entry["state"] = {"running": {"startedAt": obs.started_at}}
@@ -62,14 +56,19 @@ def _container_status(name: str, image: str, obs: ContainerState) -> dict[str, A
             waiting["message"] = obs.waiting_message
         entry["state"] = {"waiting": waiting}
     if obs.last_exit_code is not None:
-        entry["lastState"] = {
-            "terminated": {
-                "exitCode": obs.last_exit_code,
-                "reason": "Completed" if obs.last_exit_code == 0 else "Error",
-                "finishedAt": obs.last_finished_at,
-            }
-        }
+        entry["lastState"] = {"terminated": _terminated(obs, obs.last_exit_code)}
     return entry
+
+
+def _terminated(obs: ContainerState, exit_code: int) -> dict[str, Any]:
+    terminated: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": obs.last_reason or ("Completed" if exit_code == 0 else "Error"),
+        "finishedAt": obs.last_finished_at,
+    }
+    if obs.last_message:
+        terminated["message"] = obs.last_message
+    return terminated
 
 
 def _condition(

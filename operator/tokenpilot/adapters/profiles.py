@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import GPUProfile, ProfileCatalog, merge_catalogs, parse_profile
+from tokenpilot.core.profiles import (
+    EXAMPLE_PROFILE,
+    GPUProfile,
+    ProfileCatalog,
+    merge_catalogs,
+    parse_profile,
+)
 
 if TYPE_CHECKING:  # the kube client is not imported by `tokenpilot plan`, which reads files
     from tokenpilot.adapters.kube import KubeClient
@@ -80,10 +86,30 @@ def load_builtin_catalog() -> ProfileCatalog:
     return ProfileCatalog(read_profile_dir(builtin_profiles_dir()))
 
 
+# Where a profile for an unknown GPU goes, in the words of each way of running.
+HOW_TO_ADD_FOR_CLI = (
+    f"put a profile for it (same format as {EXAMPLE_PROFILE}) in a directory and pass "
+    "--profiles-dir DIR"
+)
+
+
+def how_to_add_for_operator(configmap: str | None) -> str:
+    where = (
+        f"ConfigMap {configmap}"
+        if configmap
+        else "a ConfigMap passed as tokenpilot run --gpu-profiles-configmap NAMESPACE/NAME"
+    )
+    return (
+        f"add <sku>.yaml with a profile for it (same format as {EXAMPLE_PROFILE}) to {where} "
+        "(with the chart: the gpuProfiles value)"
+    )
+
+
 def load_catalog(
     dirs: Iterable[Path] = (),
     configmap_data: Mapping[str, str] | None = None,
     configmap: str = "gpu-profiles",
+    how_to_add: str = HOW_TO_ADD_FOR_CLI,
 ) -> ProfileCatalog:
     """Built-ins overridden by each directory in order, then by the ConfigMap's profiles."""
     catalog = load_builtin_catalog()
@@ -91,23 +117,35 @@ def load_catalog(
         catalog = merge_catalogs(catalog, read_profile_dir(Path(directory)))
     if configmap_data:
         catalog = merge_catalogs(catalog, parse_configmap_data(configmap_data, configmap))
-    return catalog
+    return ProfileCatalog(catalog.profiles, how_to_add)
 
 
 def load_catalog_from_cluster(client: KubeClient, configmap: str | None) -> ProfileCatalog:
     """Built-ins, overridden by the profiles in ConfigMap `configmap` ("namespace/name") when
     one is named; a missing ConfigMap leaves the built-ins (with a warning)."""
+    how_to_add = how_to_add_for_operator(configmap)
     if configmap is None:
-        return load_catalog()
-    namespace, _slash, name = configmap.partition("/")
-    if not namespace or not name:
-        raise InvalidSpec(f"--gpu-profiles-configmap {configmap!r}: write it as namespace/name")
+        return load_catalog(how_to_add=how_to_add)
+    namespace, name = configmap_name(configmap)
     body = client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     if body is None:
         # The chart always creates it; without it the built-in profiles still serve.
         log.warning("ConfigMap %s not found; using the built-in GPU profiles only", configmap)
-        return load_catalog()
-    return load_catalog(configmap_data=body.get("data") or {}, configmap=configmap)
+        return load_catalog(how_to_add=how_to_add)
+    return load_catalog(
+        configmap_data=body.get("data") or {}, configmap=configmap, how_to_add=how_to_add
+    )
+
+
+def configmap_name(configmap: str) -> tuple[str, str]:
+    """(namespace, name) of `--gpu-profiles-configmap NAMESPACE/NAME`, or InvalidSpec."""
+    namespace, _slash, name = configmap.partition("/")
+    if not namespace or not name or "/" in name:
+        raise InvalidSpec(
+            f"--gpu-profiles-configmap {configmap}: write it as NAMESPACE/NAME, "
+            "e.g. tokenpilot-system/gpu-profiles"
+        )
+    return namespace, name
 
 
 def chosen_profile(

@@ -33,6 +33,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Budget", "type": "integer", "jsonPath": ".status.tuning.maxNumBatchedTokens"},
     {"name": "ITL-P99", "type": "string", "jsonPath": ".spec.slo.itlP99"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    # Why it is not Ready (CrashLoopBackOff, Unschedulable, ...), or ReplicasReady.
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -6,8 +6,9 @@ every object it receives through them. Cross-field rules that the API server can
 declared next to the type as CEL (`x-kubernetes-validations`) and mirrored by a pydantic validator
 so that a spec read from a file fails the same way as one sent to the cluster.
 
-Durations (`50ms`, `2s`, `1.5s`, `5m`) stay strings here; the API only checks their spelling
-and `tokenpilot.core` converts them.
+Durations (`50ms`, `2s`, `1.5s`, `1m30s`) stay strings here; the API checks their spelling and
+range with the rules of `tokenpilot.api.units` (the same rules `tokenpilot plan` and the lab
+use) and `tokenpilot.core` converts them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,16 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple, Self
 
-from pydantic import ConfigDict, Field, JsonValue, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from tokenpilot.api import units
 from tokenpilot.api.base import ApiModel
 from tokenpilot.api.model_shape import MODEL_PRESETS, DType, ModelShape, model_preset
 
@@ -38,7 +47,6 @@ DEFAULT_TENSOR_PARALLEL_SIZE = 1
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # What `maxNumSeqs: auto` starts from: vLLM's own cap on running sequences.
 DEFAULT_MAX_NUM_SEQS = 256
-DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m)$"
 MODEL_SOURCE_PATTERN = (
     r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://.+|file:///.+)$"
 )
@@ -54,11 +62,13 @@ INT_OR_STRING_KEY = "x-kubernetes-int-or-string"
 class CelRule(NamedTuple):
     """A cross-field rule: the CEL the API server runs and the message it answers with. The
     pydantic validator next to it raises the same message, so a spec read from a file fails
-    the way one sent to the cluster does."""
+    the way one sent to the cluster does. `message_expression` words the refusal with the
+    value in it (the message is the fallback)."""
 
     rule: str
     message: str
     field_path: str | None = None
+    message_expression: str | None = None
 
 
 def _cel(*rules: CelRule) -> dict[str, Any]:
@@ -66,10 +76,31 @@ def _cel(*rules: CelRule) -> dict[str, Any]:
     out: list[dict[str, str]] = []
     for rule in rules:
         entry = {"rule": rule.rule, "message": rule.message}
+        if rule.message_expression:
+            entry["messageExpression"] = rule.message_expression
         if rule.field_path:
             entry["fieldPath"] = rule.field_path
         out.append(entry)
     return {CEL_KEY: out}
+
+
+def _duration(rule: units.DurationRule) -> dict[str, Any]:
+    """A duration field's schema: an integer is let through the type check so that CEL, not
+    "must be of type string", tells the user to add a unit."""
+    check, message, expression = rule.cel()
+    # A bound on the length keeps CEL's cost estimate of the regular expression in budget.
+    return {
+        INT_OR_STRING_KEY: True,
+        "maxLength": units.MAX_DURATION_CHARS,
+        **_cel(CelRule(check, message, None, expression)),
+    }
+
+
+def _fraction(rule: units.FractionRule) -> dict[str, Any]:
+    """A fraction field's schema: the range in CEL, so a percentage gets the fraction's words
+    (an OpenAPI maximum of 0.98 is reported as "less than or equal to 0")."""
+    check, message, expression = rule.cel()
+    return _cel(CelRule(check, message, None, expression))
 
 
 def _int_or_auto_rule(minimum: int, field: str) -> CelRule:
@@ -247,9 +278,8 @@ class EngineSpec(ApiModel):
     )
     gpu_memory_utilization: float = Field(
         DEFAULT_GPU_MEMORY_UTILIZATION,
-        gt=0.0,
-        le=0.98,
-        description="Fraction of GPU memory the engine may use.",
+        description="Fraction of GPU memory the engine may use, above 0 and at most 0.98.",
+        json_schema_extra=_fraction(units.GPU_MEMORY_UTILIZATION),
     )
     extra_args: list[str] = Field(
         default_factory=list,
@@ -261,6 +291,12 @@ class EngineSpec(ApiModel):
     )
 
     model_config = ConfigDict(json_schema_extra=_cel(TP_POWER_OF_TWO))
+
+    @field_validator("gpu_memory_utilization", mode="before")
+    @classmethod
+    def _gpu_memory_fraction(cls, value: object) -> object:
+        units.GPU_MEMORY_UTILIZATION.check(value)
+        return value
 
     @model_validator(mode="after")
     def _tp_power_of_two(self) -> Self:
@@ -384,14 +420,34 @@ class SloSpec(ApiModel):
     """Latency objectives the tuner and the autoscaler aim for."""
 
     ttft_p99: str | None = Field(
-        None, pattern=DURATION_PATTERN, description="P99 time to first token, e.g. 2s."
+        None,
+        description="P99 time to first token, e.g. 2s (1ms to 10m).",
+        json_schema_extra=_duration(units.TTFT_P99),
     )
     itl_p99: str | None = Field(
-        None, pattern=DURATION_PATTERN, description="P99 inter-token latency, e.g. 50ms."
+        None,
+        description="P99 inter-token latency, e.g. 50ms (1ms to 10s).",
+        json_schema_extra=_duration(units.ITL_P99),
     )
     attainment: float = Field(
-        0.99, gt=0.5, lt=1.0, description="Fraction of requests that must meet the objectives."
+        0.99,
+        description="Fraction of requests that must meet the objectives, above 0.5 and below 1.",
+        json_schema_extra=_fraction(units.ATTAINMENT),
     )
+
+    @field_validator("ttft_p99", "itl_p99", mode="before")
+    @classmethod
+    def _latency(cls, value: object, info: ValidationInfo) -> object:
+        rule = units.ITL_P99 if info.field_name == "itl_p99" else units.TTFT_P99
+        if value is not None:
+            rule.parse_s(value)
+        return value
+
+    @field_validator("attainment", mode="before")
+    @classmethod
+    def _attainment_fraction(cls, value: object) -> object:
+        units.ATTAINMENT.check(value)
+        return value
 
 
 # --- spec.autoscaling -------------------------------------------------------------------------
@@ -443,18 +499,35 @@ class AutoscalingSpec(ApiModel):
     target_queue_depth_per_replica: float = Field(
         4.0, gt=0.0, description="Waiting requests per ready replica that trigger a scale-up."
     )
-    interval: str = Field("5s", pattern=DURATION_PATTERN, description="Evaluation interval.")
+    interval: str = Field(
+        "5s",
+        description="Evaluation interval (1s to 10m).",
+        json_schema_extra=_duration(units.AUTOSCALING_INTERVAL),
+    )
     scale_up_stabilization: str = Field(
-        "0s", pattern=DURATION_PATTERN, description="Window before a (non-panic) scale-up."
+        "0s",
+        description="Window before a (non-panic) scale-up (0s to 1h).",
+        json_schema_extra=_duration(units.STABILIZATION_WINDOW),
     )
     scale_down_stabilization: str = Field(
-        "300s", pattern=DURATION_PATTERN, description="Window of calm before a scale-down."
+        "300s",
+        description="Window of calm before a scale-down (0s to 1h).",
+        json_schema_extra=_duration(units.STABILIZATION_WINDOW),
     )
     metrics: MetricsSpec = Field(
         default_factory=MetricsSpec, description="Where engine metrics come from."
     )
 
     model_config = ConfigDict(json_schema_extra=_cel(MIN_WITHIN_MAX))
+
+    @field_validator(
+        "interval", "scale_up_stabilization", "scale_down_stabilization", mode="before"
+    )
+    @classmethod
+    def _windows(cls, value: object, info: ValidationInfo) -> object:
+        interval = info.field_name == "interval"
+        (units.AUTOSCALING_INTERVAL if interval else units.STABILIZATION_WINDOW).parse_s(value)
+        return value
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

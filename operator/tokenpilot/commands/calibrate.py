@@ -45,7 +45,7 @@ from tokenpilot.core.calibration.derive import (
 )
 from tokenpilot.core.calibration.fit import FitError, StepFit, fit_step_rates
 from tokenpilot.core.calibration.grid import GridPoint, GridSize, plan_grid
-from tokenpilot.core.errors import TokenPilotError
+from tokenpilot.core.errors import TokenPilotError, UnknownGPU
 from tokenpilot.core.profiles import GPUProfile, profile_yaml
 from tokenpilot.core.roofline import step_work
 
@@ -136,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     url = args.endpoint.rstrip("/")
     try:
         shape_name, shape = _model_shape(args)
+        base = _base_profile(args.gpu_name)
         if args.max_num_batched_tokens < 256:
             raise TokenPilotError("--max-num-batched-tokens must be at least 256")
         info = asyncio.run(engine_info(url, args.model))
@@ -174,7 +175,6 @@ def _run(args: argparse.Namespace) -> int:
     except FitError as error:
         print(f"tokenpilot calibrate: refused: {error}", file=sys.stderr)
         return EXIT_REFUSED
-    base = _base_profile(args.gpu_name)
     datasheet = Datasheet(
         base.bf16_dense_tflops if base else None, base.hbm_bandwidth_gbps if base else None
     )
@@ -231,8 +231,17 @@ def _model_shape(args: argparse.Namespace) -> tuple[str, ModelShape]:
 
 
 def _base_profile(gpu_name: str) -> GPUProfile | None:
+    """The built-in profile of `gpu_name`; None for a SKU that is not built in. A family name
+    such as A100 is refused before any measurement: which datasheet applies is the user's call."""
     catalog = load_builtin_catalog()
-    return catalog.get(gpu_name) if gpu_name in catalog else None
+    if gpu_name in catalog:
+        return catalog.get(gpu_name)
+    try:
+        catalog.get(gpu_name)
+    except UnknownGPU as error:
+        if error.choices:
+            raise TokenPilotError(f"--gpu-name {error}") from None
+    return None
 
 
 def _memory_estimate_gib(shape: ModelShape, info: EngineInfo) -> float:

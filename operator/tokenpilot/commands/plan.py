@@ -27,8 +27,9 @@ from tokenpilot.api.llmservice import (
     BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
+from tokenpilot.api.units import GPU_MEMORY_UTILIZATION, ITL_P99, TTFT_P99
 from tokenpilot.core.batching import Bound
-from tokenpilot.core.durations import format_duration_s, parse_duration_s
+from tokenpilot.core.durations import check_fraction, format_duration_s, parse_within
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
 
@@ -53,8 +54,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="YAML/JSON file with the model shape (numParameters, numLayers, ...) instead of "
         "a preset",
     )
-    parser.add_argument("--itl-p99", help="P99 inter-token latency target, e.g. 50ms")
-    parser.add_argument("--ttft-p99", help="P99 time-to-first-token target, e.g. 2s")
+    parser.add_argument(
+        "--itl-p99", help="P99 inter-token latency target, 1ms to 10s, e.g. 50ms (as slo.itlP99)"
+    )
+    parser.add_argument(
+        "--ttft-p99", help="P99 time-to-first-token target, 1ms to 10m, e.g. 2s (as slo.ttftP99)"
+    )
     parser.add_argument("--prompt-p99", type=int, help="P99 prompt length in tokens")
     parser.add_argument(
         "--context", type=int, help="expected context per sequence in tokens (default: prompt+512)"
@@ -73,7 +78,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
     parser.add_argument(
-        "--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION
+        "--gpu-memory-utilization",
+        type=float,
+        default=DEFAULT_GPU_MEMORY_UTILIZATION,
+        help=f"engine.gpuMemoryUtilization, above 0 and at most 0.98 "
+        f"(default {DEFAULT_GPU_MEMORY_UTILIZATION})",
     )
     parser.add_argument(
         "--profile",
@@ -99,11 +108,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         shape = _shape(args)
         slo = ServiceLevel(
-            itl_p99_s=None if args.itl_p99 is None else parse_duration_s(args.itl_p99, "--itl-p99"),
+            itl_p99_s=(
+                None if args.itl_p99 is None else parse_within(ITL_P99, args.itl_p99, "--itl-p99")
+            ),
             ttft_p99_s=(
-                None if args.ttft_p99 is None else parse_duration_s(args.ttft_p99, "--ttft-p99")
+                None
+                if args.ttft_p99 is None
+                else parse_within(TTFT_P99, args.ttft_p99, "--ttft-p99")
             ),
             strict=args.strict,
+        )
+        check_fraction(
+            GPU_MEMORY_UTILIZATION, args.gpu_memory_utilization, "--gpu-memory-utilization"
         )
         hints = WorkloadHints(
             prompt_p99_tokens=args.prompt_p99,

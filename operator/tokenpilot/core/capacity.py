@@ -83,10 +83,9 @@ def plan_capacity(
     needed_gib = weights_gib + RUNTIME_RESERVE_GIB
     if needed_gib >= usable_gib:
         raise Infeasible(
-            f"weights need {weights_gib:.1f} GiB per GPU at tensorParallelSize {tp} plus "
-            f"{RUNTIME_RESERVE_GIB} GiB runtime reserve = {needed_gib:.1f} GiB, but "
-            f"{profile.name} offers {usable_gib:.1f} GiB ({profile.memory_gib} GiB x "
-            f"gpuMemoryUtilization {gpu_memory_utilization}); "
+            f"weights need {weights_gib:.1f} GiB per GPU at tensorParallelSize {tp}, plus a "
+            f"{RUNTIME_RESERVE_GIB} GiB reserve, but {profile.name} offers {usable_gib:.1f} GiB "
+            f"at gpuMemoryUtilization {gpu_memory_utilization}; "
             f"{_fix_for_weights(profile, shape, gpu_memory_utilization)}"
         )
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 
 class TokenPilotError(Exception):
-    """A refusal by the core; the message says what is wrong and how to fix it."""
+    """A refusal by the core; the message says what is wrong and how to fix it, in one sentence
+    a condition can carry. `detail` holds the longer reasons (figures, what each candidate
+    offered) for an Event or a log line."""
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class InvalidSpec(TokenPilotError, ValueError):
@@ -21,7 +27,21 @@ class InvalidSpec(TokenPilotError, ValueError):
 
 
 class UnknownGPU(TokenPilotError, LookupError):
-    """A SKU name or nvidia.com/gpu.product value that no GPU profile knows."""
+    """A SKU name or nvidia.com/gpu.product value that no GPU profile knows; `how_to_add` says
+    where a profile for it would go, in the words of whoever loaded the catalog; `choices` the
+    SKUs a family name such as A100 could mean (empty when the name is simply unknown)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        how_to_add: str,
+        detail: str | None = None,
+        choices: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, detail=detail)
+        self.how_to_add = how_to_add
+        self.choices = choices
 
 
 class Infeasible(TokenPilotError):

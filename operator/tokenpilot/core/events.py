@@ -2,8 +2,13 @@
 
 The reconciler's, from what one reconcile applied and how its status changed:
   Applied / DriftCorrected   objects were written (the first tuning rides on the first apply)
-  Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded)
+  Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded); an
+                             Infeasible one carries the refusal's longer reasons
+  <Reason>                   Degraded for a new reason (CrashLoopBackOff to OOMKilled, say):
+                             a Warning named for it
   Tuned                      status.tuning changed
+Each comes from a change of status, never from a pass that changed nothing, so a crash loop
+that goes on for an hour is one Event, not one per resync.
 The autoscaler's, from one decision: its reason code when the replicas move, and a Warning
 when it goes blind (missing, stale or partial metrics) for a new reason.
 """
@@ -15,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import Phase, TuningStatus
-from tokenpilot.core.autoscale import Decision, Reason
+from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.decision import BLIND
 
-# The decisions that mean the autoscaler cannot see the service.
-BLIND = (Reason.missing_metrics, Reason.stale_metrics, Reason.partial_scrape)
 # Triggers that carry a spec the user wrote; the others correct drift.
 SPEC_TRIGGERS = ("create", "update", "resume")
 
@@ -39,10 +43,20 @@ def tuned_message(tuning: TuningStatus) -> str:
     )
 
 
+def _ready_reason(status: Mapping[str, Any]) -> str | None:
+    conditions = status.get("conditions") or []
+    return next((c.get("reason") for c in conditions if c["type"] == "Ready"), None)
+
+
 def reconcile_events(
-    trigger: str, applied: Sequence[str], before: Mapping[str, Any], after: Mapping[str, Any]
+    trigger: str,
+    applied: Sequence[str],
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    detail: str | None = None,
 ) -> list[ServiceEvent]:
-    """What one reconcile tells the user; `before` and `after` are the reconciler's status."""
+    """What one reconcile tells the user; `before` and `after` are the reconciler's status,
+    `detail` the longer reasons of a refused spec."""
     events = []
     old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
     tuned = None
@@ -61,6 +75,8 @@ def reconcile_events(
         message = next((c["message"] for c in conditions if c["type"] == phase), "") or next(
             (c["message"] for c in conditions if c["type"] == "Ready"), ""
         )
+        if phase == Phase.Infeasible and detail:
+            message = f"{message} ({detail})"
         events.append(
             ServiceEvent(
                 f"Phase{phase}",
@@ -68,6 +84,11 @@ def reconcile_events(
                 warning=phase in (Phase.Infeasible, Phase.Degraded),
             )
         )
+    elif after.get("phase") == Phase.Degraded and _ready_reason(before) != _ready_reason(after):
+        reason = _ready_reason(after) or "Degraded"
+        conditions = after.get("conditions", [])
+        message = next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
+        events.append(ServiceEvent(reason, message, warning=True))
     if tuned:
         events.append(ServiceEvent("Tuned", tuned))
     return events
@@ -77,10 +98,14 @@ def scale_event(
     current_replicas: int, decision: Decision, previous_reason_code: str | None
 ) -> ServiceEvent | None:
     """The autoscaler's Event for one decision, if it has one: the replicas moved, or the
-    autoscaler went blind for a reason other than the previous decision's."""
+    autoscaler went blind (in a way the user can fix) for a reason other than the previous
+    decision's."""
     changed = decision.desired_replicas != current_replicas
+    blindness = BLIND.get(decision.reason_code)
     entering_blind = (
-        decision.reason_code in BLIND and previous_reason_code != decision.reason_code.value
+        blindness is not None
+        and blindness.warns
+        and previous_reason_code != decision.reason_code.value
     )
     if not (changed or entering_blind):
         return None

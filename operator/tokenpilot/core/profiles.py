@@ -513,12 +513,19 @@ def _unit_of(leaf: str) -> str:
     return "see the field's description"
 
 
+# Where a missing profile goes depends on who loaded the catalog; the loaders say (see
+# adapters/profiles.py), and this is the fallback.
+HOW_TO_ADD = f"add a profile for it (same format as {EXAMPLE_PROFILE})"
+
+
 class ProfileCatalog:
-    """Profiles by name, alias and product label; lookups that miss list what is known."""
+    """Profiles by name, alias and product label; lookups that miss list what is known and
+    `how_to_add` a profile where this catalog came from."""
 
-    __slots__ = ("_by_key", "_profiles")
+    __slots__ = ("_by_key", "_profiles", "how_to_add")
 
-    def __init__(self, profiles: Iterable[GPUProfile]) -> None:
+    def __init__(self, profiles: Iterable[GPUProfile], how_to_add: str = HOW_TO_ADD) -> None:
+        self.how_to_add = how_to_add
         self._profiles: tuple[GPUProfile, ...] = tuple(sorted(profiles, key=lambda p: p.name))
         self._by_key: dict[str, GPUProfile] = {}
         for profile in self._profiles:
@@ -547,13 +554,22 @@ class ProfileCatalog:
 
     def get(self, name: str) -> GPUProfile:
         """The profile for a SKU name, alias or nvidia.com/gpu.product value."""
-        profile = self._by_key.get(normalise_key(name))
-        if profile is None:
+        key = normalise_key(name)
+        profile = self._by_key.get(key)
+        if profile is not None:
+            return profile
+        # A family name such as A100 stands for several SKUs: name them rather than guess.
+        family = [p.name for p in self._profiles if normalise_key(p.name).startswith(f"{key}-")]
+        if len(family) > 1:
             raise UnknownGPU(
-                f"unknown GPU {name!r}; known GPUs: {', '.join(self.names)}; add a profile "
-                f"for it (same format as {EXAMPLE_PROFILE}) to the GPU profiles ConfigMap"
+                f"GPU {name!r} is ambiguous: it could be {' or '.join(family)}; write one of them",
+                how_to_add=self.how_to_add,
+                choices=tuple(family),
             )
-        return profile
+        raise UnknownGPU(
+            f"unknown GPU {name!r} (known: {', '.join(self.names)}); {self.how_to_add}",
+            how_to_add=self.how_to_add,
+        )
 
     def by_product_label(self, label: str) -> GPUProfile:
         """The profile for a node's nvidia.com/gpu.product label value."""
@@ -586,7 +602,10 @@ def merge_catalogs(
             if measured is override.measured and step_model is override.step_model
             else override.model_copy(update={"measured": measured, "step_model": step_model})
         )
-    return ProfileCatalog(merged.values())
+    how_to_add = builtin.how_to_add
+    if isinstance(overrides, ProfileCatalog):
+        how_to_add = overrides.how_to_add
+    return ProfileCatalog(merged.values(), how_to_add)
 
 
 def profile_yaml(profile: GPUProfile) -> str:

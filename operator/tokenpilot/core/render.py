@@ -24,7 +24,12 @@ MANAGED_BY = "tokenpilot"
 SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
 SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
 HTTP_PORT = 8000
-CACHE_MOUNT = "/root/.cache/huggingface"
+# Outside /root: a non-root engine (POD_SECURITY) cannot traverse the image's /root (mode 700).
+CACHE_MOUNT = "/var/cache/tokenpilot"
+# Beyond the startup probe's window, what a rollout may spend on scheduling and on pulling a
+# vLLM image of about 10 GB before the Deployment controller calls it stalled.
+PROGRESS_ALLOWANCE_S = 600
+STARTUP_PERIOD_S = 10
 # Seconds a terminating engine keeps serving before SIGTERM: endpoint removal takes a few
 # seconds to reach every kube-proxy and gateway, and requests routed meanwhile must not fail.
 PRESTOP_SLEEP_S = 5
@@ -189,6 +194,24 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
     return args + list(spec.engine.extra_args)
 
 
+# Pod Security `restricted` (docs/reliability.md, "Least privilege"): vLLM needs no root, no
+# capability and no privilege escalation; the GPU reaches it through the device plugin. What it
+# does need is a writable $HOME for its caches (see _env) and /dev/shm as a memory volume, so
+# the root filesystem is left writable. The user id is the image-independent 1000: the
+# official vLLM image declares USER root, which runAsNonRoot alone would refuse.
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
 def _env(service: LLMService) -> list[dict[str, Any]]:
     spec = service.spec
     env: dict[str, dict[str, Any]] = {}
@@ -200,6 +223,9 @@ def _env(service: LLMService) -> list[dict[str, Any]]:
             )
         env[var.name] = {"name": var.name, "value": var.value}
     env["HF_HOME"] = {"name": "HF_HOME", "value": CACHE_MOUNT}
+    # Not root: the image's home (/root) is not writable, and vLLM, torch and Triton write
+    # their caches under $HOME. The cache volume is; a HOME the spec sets wins.
+    env.setdefault("HOME", {"name": "HOME", "value": CACHE_MOUNT})
     secret = spec.model.hub_token_secret
     if secret is not None:
         env["HF_TOKEN"] = {
@@ -243,12 +269,22 @@ def _probes(facts: RenderFacts) -> dict[str, Any]:
 
     # The startup probe holds off the other two until the weights are loaded and the CUDA
     # graphs captured; its budget scales with the model (see plan_load_budget_s).
-    startup_period_s = 10
     return {
-        "startupProbe": http(startup_period_s, -(-facts.model_load_budget_s // startup_period_s)),
+        "startupProbe": http(STARTUP_PERIOD_S, _startup_failures(facts)),
         "readinessProbe": http(5, 3),
         "livenessProbe": http(10, 6),
     }
+
+
+def _startup_failures(facts: RenderFacts) -> int:
+    return -(-facts.model_load_budget_s // STARTUP_PERIOD_S)
+
+
+def progress_deadline_s(facts: RenderFacts) -> int:
+    """The Deployment's progressDeadlineSeconds: the startup probe's whole window plus the
+    allowance for scheduling and the image pull, so a slow but healthy model load is never
+    reported as a stalled rollout (the default 600 s is shorter than an 8B model's window)."""
+    return _startup_failures(facts) * STARTUP_PERIOD_S + PROGRESS_ALLOWANCE_S
 
 
 def model_load_budget_s(weight_bytes: float, tensor_parallel_size: int) -> int:
@@ -291,6 +327,10 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         # Keep accepting while the pod's removal reaches Services, gateways and balancers:
         # the engine gets SIGTERM (and stops accepting) only after this pause.
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
+        # vLLM writes no termination file: a crash's last log lines become the container's
+        # termination message, which the status quotes (core/pod_health.py).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": CONTAINER_SECURITY,
         **_probes(facts),
     }
     affinity = {
@@ -315,6 +355,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         "affinity": affinity,
         "tolerations": _tolerations(service),
         "volumes": volumes,
+        "securityContext": POD_SECURITY,
         # In-flight requests get time to finish when a replica is scaled away.
         "terminationGracePeriodSeconds": 60,
     }
@@ -333,6 +374,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
     }
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector(service)},
+        "progressDeadlineSeconds": progress_deadline_s(facts),
         # One extra pod at a time and never fewer ready than asked: a roll keeps capacity.
         "strategy": {
             "type": "RollingUpdate",

@@ -4,7 +4,7 @@ The algorithm:
   1. Keep the nodes that can take one engine pod: schedulable, matching the user's node
      selector, with at least `gpus_per_replica` allocatable nvidia.com/gpu.
   2. Group them by their nvidia.com/gpu.product label and map each product to a GPU profile;
-     products no profile knows are skipped (and named in the reason).
+     products no profile knows are skipped (and named, with where a profile for them goes).
   3. A named SKU must be among the groups, else the spec is Infeasible (no node can host it).
      For `auto`, drop the SKUs the model's weights do not fit, then take the one with the most
      allocatable GPUs (the most room to scale), breaking ties by memory, then by name.
@@ -105,49 +105,67 @@ def choose_sku(
     groups: dict[str, list[NodeFacts]] = {}
     profiles: dict[str, Sku] = {}
     unknown: set[str] = set()
+    how_to_add = ""
     for node in eligible:
         product = node.gpu_product or ""
         try:
             sku = by_product(product)
-        except UnknownGPU:
-            # A product no profile describes cannot be planned for; it is named in the reason.
+        except UnknownGPU as exc:
+            # A product no profile describes cannot be planned for; the refusal names it.
             unknown.add(product)
+            how_to_add = exc.how_to_add
             continue
         profiles[sku.name] = sku
         groups.setdefault(sku.name, []).append(node)
     need = f"at least {gpus_per_replica} allocatable {GPU_RESOURCE}"
     if node_selector:
         need += " and labels " + ", ".join(f"{k}={v}" for k, v in sorted(node_selector.items()))
-    offered = _describe(groups)
+    offered = f"nodes offer: {_describe(groups)}"
+    unprofiled = ""
     if unknown:
-        offered += "; unprofiled products: " + ", ".join(sorted(unknown))
+        names = ", ".join(sorted(unknown))
+        offered += f"; unprofiled products: {names}"
+        unprofiled = f"; nodes of {names} have no GPU profile: {how_to_add}"
 
     if requested_sku is not None:
         if requested_sku.name not in groups:
             raise Infeasible(
                 f"no node can host accelerator.sku {requested_sku.name}: none has "
-                f"{GPU_PRODUCT_LABEL} in {sorted(requested_sku.gpu_product_labels)} with {need} "
-                f"(nodes offer: {offered}); choose another sku, `auto`, or lower "
-                "accelerator.gpusPerReplica"
+                f"{GPU_PRODUCT_LABEL} in {sorted(requested_sku.gpu_product_labels)} with {need}; "
+                f"choose another sku or auto, or lower accelerator.gpusPerReplica{unprofiled}",
+                detail=offered,
             )
         why_not = fits(requested_sku)
         if why_not is not None:
-            raise Infeasible(why_not)
+            raise Infeasible(why_not, detail=offered)
         return _choice(requested_sku, groups[requested_sku.name], "named in the spec")
 
+    if not groups:
+        if unknown:
+            raise Infeasible(
+                f"no GPU profile knows the nodes' {GPU_PRODUCT_LABEL} "
+                f"{', '.join(sorted(unknown))}, so no SKU can be chosen; {how_to_add}",
+                detail=offered,
+            )
+        raise Infeasible(
+            f"sku auto found no schedulable GPU node with {need}; add GPU nodes, or lower "
+            "accelerator.gpusPerReplica (or engine.tensorParallelSize)",
+            detail=offered,
+        )
     fitting: list[tuple[Sku, list[NodeFacts]]] = []
-    rejected: list[str] = []
+    rejected: list[tuple[Sku, str]] = []
     for name, group in groups.items():
         why_not = fits(profiles[name])
         if why_not is None:
             fitting.append((profiles[name], group))
         else:
-            rejected.append(why_not)
+            rejected.append((profiles[name], why_not))
     if not fitting:
-        detail = "; ".join(rejected) if rejected else f"no GPU node has {need}"
+        # The largest GPU is the nearest to fitting: its reason and fix stand for all.
+        nearest = max(rejected, key=lambda pair: (pair[0].memory_gib, pair[0].name))[1]
         raise Infeasible(
-            f"sku auto found no GPU that can host this model: {detail} (nodes offer: {offered}); "
-            "raise engine.tensorParallelSize, quantise the model, or add GPU nodes"
+            f"sku auto found no GPU that can host this model: {nearest}",
+            detail="; ".join([*(why for _, why in rejected), offered]),
         )
     fitting.sort(
         key=lambda pair: (

@@ -1,22 +1,30 @@
-"""The LLMService status the operator should report, from what the Deployment says.
+"""The LLMService status the operator should report, from the Deployment and its pods.
 
-Readiness is a chain of small pure checks, each `facts -> (reason, message)` or None, tried in
-order; the first that speaks sets the phase:
-  infeasible   planning refused the spec              -> Infeasible
-  missing      no Deployment yet                      -> Pending
-  stalled      the rollout exceeded its deadline      -> Degraded
-  rolling      the Deployment has not caught up       -> Progressing
-  short        fewer ready replicas than asked        -> Progressing
-  ready        everything asked for is ready          -> Ready
-The reconciler's status excludes `autoscaling` and the MetricsAvailable condition, which
-belong to the autoscaler: each writer applies only what it owns (adapters/kube/status.py).
+Readiness is judged as `kubectl rollout status` judges a Deployment, then by the pods: a chain
+of small pure checks tried in order; the first that speaks sets the phase:
+  infeasible   planning refused the spec                          -> Infeasible
+  missing      no Deployment yet                                  -> Pending
+  failing      engine pods cannot run: CrashLoopBackOff, OOMKilled,
+               Unschedulable, ImagePullBackOff, a missing Secret
+               (core/pod_health.py names the cause and the fix)   -> Degraded
+  stalled      the rollout exceeded its progress deadline         -> Degraded
+  rolling      the Deployment has not caught up with its spec:
+               generation not observed, fewer updated replicas
+               than asked, old replicas left, updated ones not
+               yet available                                      -> Progressing
+  short        fewer ready replicas than asked                    -> Progressing
+  ready        all of the above match the spec                    -> Ready
+Ready and the condition of the phase carry the reason and one sentence; the others say only
+their reason, so a message is never repeated across four conditions. The reconciler's status
+excludes `autoscaling` and the MetricsAvailable condition, which belong to the autoscaler:
+each writer applies only what it owns (adapters/kube/status.py).
 
 status.tuning is the batching decision as the API publishes it (`tuning_status`).
 
 The autoscaler's condition, MetricsAvailable, comes from its last outcome (`metrics_condition`):
 False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
 while no engine pod is ready, True otherwise. `autoscaler_status` is everything the autoscaler
-owns, new only when the outcome changed.
+owns, with the latest evaluation's words.
 """
 
 from __future__ import annotations
@@ -36,14 +44,16 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.autoscale import Decision, Reason
+from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.decision import BLIND
 from tokenpilot.core.batching import BatchingDecision, Bound
+from tokenpilot.core.pod_health import PodFailure, verdict
 from tokenpilot.core.render import endpoint, selector_string
 
 
 @dataclass(frozen=True)
 class DeploymentFacts:
-    """The parts of a Deployment's status that decide the service's."""
+    """The parts of a Deployment's spec and status that decide the service's."""
 
     generation: int
     observed_generation: int
@@ -51,6 +61,7 @@ class DeploymentFacts:
     replicas: int
     ready_replicas: int
     updated_replicas: int
+    available_replicas: int = 0
     progress_deadline_exceeded: bool = False
 
     @classmethod
@@ -66,8 +77,26 @@ class DeploymentFacts:
             replicas=int(status.get("replicas", 0)),
             ready_replicas=int(status.get("readyReplicas", 0)),
             updated_replicas=int(status.get("updatedReplicas", 0)),
+            available_replicas=int(status.get("availableReplicas", 0)),
             progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
         )
+
+    @property
+    def rolled_out(self) -> bool:
+        """What `kubectl rollout status` waits for: the controller has seen this generation,
+        every replica runs the current template, no old one is left, and all are available."""
+        want = self.desired_replicas
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas == want
+            and self.replicas == want
+            and self.available_replicas == want
+        )
+
+    @property
+    def settled(self) -> bool:
+        """Rolled out with every replica ready: the pods need not be looked at."""
+        return self.rolled_out and self.ready_replicas == self.desired_replicas
 
 
 @dataclass(frozen=True)
@@ -79,31 +108,52 @@ class Readiness:
     message: str
 
 
-def _readiness(name: str, deployment: DeploymentFacts | None, problem: str | None) -> Readiness:
+def _rollout_words(d: DeploymentFacts) -> str:
+    want = d.desired_replicas
+    if d.observed_generation < d.generation:
+        return f"the Deployment controller has not yet seen generation {d.generation}"
+    if d.updated_replicas < want:
+        return f"{d.updated_replicas} of {want} replicas updated, {d.ready_replicas} ready"
+    if d.replicas > want:
+        old = d.replicas - d.updated_replicas
+        return f"{want} of {want} replicas updated, {old} old replica(s) pending termination"
+    return f"{want} of {want} replicas updated, {d.available_replicas} available"
+
+
+def _readiness(
+    service: LLMService,
+    deployment: DeploymentFacts | None,
+    problem: str | None,
+    failures: Sequence[PodFailure],
+    num_pods: int,
+) -> Readiness:
+    name = service.metadata.name
     if problem is not None:
         return Readiness(Phase.Infeasible, "Infeasible", problem)
     if deployment is None:
         return Readiness(Phase.Pending, "DeploymentMissing", f"creating Deployment {name}")
     d = deployment
+    if failures:
+        found = verdict(service, failures, num_pods)
+        return Readiness(Phase.Degraded, found.reason, found.message)
     if d.progress_deadline_exceeded:
         return Readiness(
             Phase.Degraded,
             "ProgressDeadlineExceeded",
-            f"the rollout of Deployment {name} stalled; see its events and pods",
+            f"the rollout of Deployment {name} made no progress within its deadline; see "
+            f"kubectl describe deployment {name} and its pods",
         )
-    if d.observed_generation < d.generation or d.updated_replicas < d.desired_replicas:
-        return Readiness(
-            Phase.Progressing,
-            "RollingOut",
-            f"{d.updated_replicas}/{d.desired_replicas} replicas updated, {d.ready_replicas} ready",
-        )
+    if not d.rolled_out:
+        return Readiness(Phase.Progressing, "RollingOut", _rollout_words(d))
     if d.ready_replicas < d.desired_replicas:
         return Readiness(
             Phase.Progressing,
             "ReplicasStarting",
-            f"{d.ready_replicas}/{d.desired_replicas} replicas ready",
+            f"{d.ready_replicas} of {d.desired_replicas} replicas ready",
         )
-    return Readiness(Phase.Ready, "ReplicasReady", f"{d.ready_replicas}/{d.desired_replicas} ready")
+    return Readiness(
+        Phase.Ready, "ReplicasReady", f"{d.ready_replicas} of {d.desired_replicas} replicas ready"
+    )
 
 
 def desired_status(
@@ -114,15 +164,18 @@ def desired_status(
     batching: BatchingDecision | None,
     problem: str | None,
     now: str,
+    pod_failures: Sequence[PodFailure] = (),
+    num_pods: int = 0,
 ) -> dict[str, Any]:
     """The status fields the reconciler owns, as the JSON to merge into .status.
 
-    `problem` is the message of a domain error (the spec is Infeasible or invalid); `now` is
-    used only for conditions whose status flips.
+    `problem` is the message of a domain error (the spec is Infeasible or invalid);
+    `pod_failures` are the engine pods that cannot run, out of `num_pods`; `now` is used only
+    for conditions whose status flips.
     """
     current = service.status
     generation = service.metadata.generation
-    readiness = _readiness(service.metadata.name, deployment, problem)
+    readiness = _readiness(service, deployment, problem, pod_failures, num_pods)
     conditions = [c for c in current.conditions if c.type in cond.RECONCILER_TYPES]
 
     def put(type_: str, on: bool, reason: str, message: str) -> None:
@@ -138,9 +191,15 @@ def desired_status(
         )
 
     phase = readiness.phase
+
+    def words(on: bool) -> str:
+        # Ready and the condition of the phase say why; the others give only their reason.
+        return readiness.message if on else ""
+
     put(cond.READY, phase is Phase.Ready, readiness.reason, readiness.message)
-    put(cond.PROGRESSING, phase is Phase.Progressing, readiness.reason, readiness.message)
-    put(cond.DEGRADED, phase is Phase.Degraded, readiness.reason, readiness.message)
+    progressing, degraded = phase is Phase.Progressing, phase is Phase.Degraded
+    put(cond.PROGRESSING, progressing, readiness.reason, words(progressing))
+    put(cond.DEGRADED, degraded, readiness.reason, words(degraded))
     put(
         cond.INFEASIBLE,
         phase is Phase.Infeasible,
@@ -197,15 +256,6 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     )
 
 
-# The holds that mean the autoscaler is blind: the condition status each gives, and its words.
-_BLIND = {
-    Reason.missing_metrics: (ConditionStatus.false, "a signal the autoscaler needs is missing"),
-    Reason.stale_metrics: (ConditionStatus.false, "the latest metrics are too old"),
-    Reason.partial_scrape: (ConditionStatus.false, "not every ready engine pod could be read"),
-    Reason.no_ready_pods: (ConditionStatus.unknown, "no engine pod is ready to be read"),
-}
-
-
 def metrics_condition(
     conditions: Sequence[Condition],
     decision: Decision,
@@ -221,8 +271,11 @@ def metrics_condition(
     replicas are held, and MetricsRead otherwise. The message names the problems the metrics
     source reported but no changing figures, so a steady state writes nothing.
     """
-    status, words = _BLIND.get(
-        decision.reason_code, (ConditionStatus.true, "metrics read from every ready engine pod")
+    blindness = BLIND.get(decision.reason_code)
+    status, words = (
+        (ConditionStatus.true, "metrics read from every ready engine pod")
+        if blindness is None
+        else (blindness.condition_status, blindness.words)
     )
     reason = "MetricsRead" if status is ConditionStatus.true else decision.reason_code.value
     message = words
@@ -257,26 +310,24 @@ def autoscaler_status(
     now: str,
 ) -> dict[str, Any]:
     """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
-    last: status.autoscaling is new only when the outcome (replicas, mode, reason code)
-    changed, and the MetricsAvailable condition is the last one when none is given. A steady
-    service therefore gives the same JSON every time, and the caller writes nothing.
+    last. status.autoscaling always carries the latest evaluation's words (a reader must never
+    see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
+    reason code) last changed. The MetricsAvailable condition is the last one when none is
+    given. The caller writes only when the JSON differs from what it applied, as the HPA
+    controller updates its status at each sync whose metrics changed.
     """
     previous = applied or {}
-    autoscaling = previous.get("autoscaling")
+    before = previous.get("autoscaling") or {}
     outcome = (desired_replicas, mode, reason_code)
-    if autoscaling is None or outcome != (
-        autoscaling.get("desiredReplicas"),
-        autoscaling.get("mode"),
-        autoscaling.get("reasonCode"),
-    ):
-        autoscaling = AutoscalingStatus(
-            desired_replicas=desired_replicas,
-            mode=mode,
-            reason_code=reason_code,
-            reason=reason,
-            last_decision_time=now,
-        ).model_dump(by_alias=True, mode="json")
-    owned: dict[str, Any] = {"autoscaling": autoscaling}
+    same = outcome == (before.get("desiredReplicas"), before.get("mode"), before.get("reasonCode"))
+    autoscaling = AutoscalingStatus(
+        desired_replicas=desired_replicas,
+        mode=mode,
+        reason_code=reason_code,
+        reason=reason,
+        last_decision_time=before["lastDecisionTime"] if same else now,
+    )
+    owned: dict[str, Any] = {"autoscaling": autoscaling.model_dump(by_alias=True, mode="json")}
     if condition is not None:
         owned["conditions"] = [condition.model_dump(by_alias=True, mode="json", exclude_none=True)]
     elif "conditions" in previous:

@@ -10,12 +10,11 @@ collector's job, as for the reconciler.
 One evaluation of one service
 
     reads the scale subresource and the Ready engine pods         [kube adapter]
-    observes the service through its metrics source               [metrics adapter]
-    decide(policy, history, observation, now_s)                   [core, pure]
-    the Event, the MetricsAvailable condition and the status the  [core, pure:
-    autoscaler owns                                                events, status]
-    writes spec.replicas through the scale subresource if it changed, posts the Event, applies
-    the status when it differs from what this loop applied last  [kube adapter]
+    reads the pods' metrics through the service's source          [metrics adapter]
+    step(state, samples, current, now) -> state, decision,        [core, pure:
+        actions                                                    core.autoscale.loop]
+    carries out the actions: spec.replicas through the scale      [kube adapter]
+    subresource, the Event, the status the autoscaler owns
     exports the decision, the bounds, the SLO targets and the replica's hourly cost
 
 Every evaluation has a time limit and its own error handling, so a broken engine or an
@@ -25,7 +24,7 @@ spec.replicas to the Deployment.
 
 The process-wide part (metrics sources, the /metrics server) is built at startup from
 `memo.autoscaler_config` (an AutoscalerConfig; defaults when absent). Time comes from the
-runtime's clock (adapters/clock.py): monotonic seconds for decide(), wall time for status.
+runtime's clock (adapters/clock.py): monotonic seconds for windows, wall time for status.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
@@ -50,13 +49,23 @@ from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
 from tokenpilot.adapters.metrics import MetricsSources, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.autoscale import AutoscalePolicy, Decision, History, Mode, decide
-from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
+from tokenpilot.core.autoscale import AutoscalePolicy, Decision
+from tokenpilot.core.autoscale.capacity import ReplicaModel
+from tokenpilot.core.autoscale.loop import (
+    Action,
+    ApplyStatus,
+    Current,
+    Now,
+    PostEvent,
+    ScaleTo,
+    ServiceState,
+    step,
+    unusable_spec,
+)
+from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec, replica_model
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
-from tokenpilot.core.events import scale_event
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import selector_string
-from tokenpilot.core.status import autoscaler_status, metrics_condition
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
@@ -92,17 +101,15 @@ class AutoscalerRuntime:
 
 @dataclass
 class ServiceLoop:
-    """One service's evaluations; `history` is threaded from one decide() to the next, and
-    `applied` is the status it last applied (it re-applies all of it with any change, since a
-    field left out of an apply is removed)."""
+    """One service's evaluations: read, `step`, carry out the actions. `state` is the pure
+    state machine's (tokenpilot.core.autoscale.loop); nothing else is remembered here."""
 
     runtime: AutoscalerRuntime
     client: KubeClient
     namespace: str
     name: str
     profile_of: Callable[[str], GPUProfile] | None = None
-    history: History = field(default_factory=History)
-    applied: dict[str, Any] | None = None
+    state: ServiceState | None = None
 
     async def evaluate(self, body: Mapping[str, Any]) -> float:
         """One evaluation; returns the seconds to wait before the next."""
@@ -110,23 +117,21 @@ class ServiceLoop:
         started_s = clock.monotonic_s()
         try:
             service = LLMService.model_validate(dict(body))
-            policy = policy_from_spec(service.spec)
+            policy = policy_from_spec(service.spec, self._replica_model(service))
             interval_s = evaluation_interval_s(service.spec)
         except (ValidationError, InvalidSpec) as error:
             # The user must fix the spec; keep the replicas and say so in status.
             replicas = int(body.get("spec", {}).get("replicas", 0))
-            await self._apply_status(
-                autoscaler_status(
-                    self.applied,
-                    desired_replicas=replicas,
-                    mode=Mode.hold.value,
-                    reason_code="InvalidSpec",
-                    reason=f"autoscaling spec unusable: {error}",
-                    condition=None,
-                    now=clock.now_rfc3339(),
-                )
-            )
+            now = Now(clock.monotonic_s(), clock.now_rfc3339())
+            state = self.state or ServiceState(AutoscalePolicy())
+            self.state, actions = unusable_spec(state, replicas, str(error), now)
+            await self._carry_out(None, actions, previous=state)
             return FALLBACK_INTERVAL_S
+        state = (
+            ServiceState(policy, interval_s=interval_s)
+            if self.state is None
+            else replace(self.state, policy=policy, interval_s=interval_s)
+        )
         try:
             scale, pods = await asyncio.to_thread(self._read_cluster, service)
         except KubeError as error:
@@ -141,79 +146,76 @@ class ServiceLoop:
             pods,
             read_ttft=policy.ttft_p99_slo_s is not None,
         )
-        now_s = clock.monotonic_s()
         source = self.runtime.sources.for_spec(service.spec.autoscaling.metrics)
-        observation = await source.observe(target, now_s)
-        decision = decide(policy, self.history, observation, now_s)
-        self.history = decision.history
-        try:
-            await self._act(service, scale, decision, observation.problems)
-        except KubeError as error:
-            log.warning("%s/%s: cannot apply decision: %s", self.namespace, self.name, error)
+        samples = await source.read(target, clock.monotonic_s())
+        current = Current(
+            scale, len(pods), service.metadata.generation, tuple(service.status.conditions)
+        )
+        now = Now(clock.monotonic_s(), clock.now_rfc3339())
+        self.state, decision, actions = step(state, samples, current, now)
+        await self._carry_out(service, actions, previous=state)
         self._export(service, policy, decision, clock.monotonic_s() - started_s)
         return interval_s
+
+    def _replica_model(self, service: LLMService) -> ReplicaModel | None:
+        """One replica as the step model prices it, once the reconciler has tuned it."""
+        tuning = service.status.tuning
+        if tuning is None or self.profile_of is None:
+            return None
+        try:
+            return replica_model(service.spec, tuning, self.profile_of(tuning.sku))
+        except TokenPilotError as error:
+            # A SKU the catalog no longer knows or a spec that no longer fits: the SLO
+            # signals alone still scale it.
+            log.info("%s/%s: no capacity model: %s", self.namespace, self.name, error)
+            return None
 
     def _read_cluster(self, service: LLMService) -> tuple[int, tuple[PodEndpoint, ...]]:
         scale = read_scale(self.client, self.namespace, self.name)
         pods = ready_engine_pods(self.client, self.namespace, selector_string(service))
         return scale.spec_replicas, pods
 
-    async def _act(
-        self, service: LLMService, current: int, decision: Decision, problems: Sequence[str]
+    async def _carry_out(
+        self, service: LLMService | None, actions: Sequence[Action], *, previous: ServiceState
     ) -> None:
-        now = self.runtime.clock.now_rfc3339()
-        if decision.desired_replicas != current:
-            await asyncio.to_thread(
-                write_scale, self.client, self.namespace, self.name, decision.desired_replicas
-            )
-            log.info(
-                "%s/%s: %d -> %d (%s): %s",
-                self.namespace,
-                self.name,
-                current,
-                decision.desired_replicas,
-                decision.mode.value,
-                decision.reason,
-            )
-        previous = (self.applied or {}).get("autoscaling") or {}
-        event = scale_event(current, decision, previous.get("reasonCode"))
-        if event is not None:
-            await asyncio.to_thread(
-                post_event,
-                self.client,
-                namespace=self.namespace,
-                name=self.name,
-                uid=service.metadata.uid,
-                event=event,
-                now=now,
-            )
-        condition = metrics_condition(
-            service.status.conditions,
-            decision,
-            problems=problems,
-            generation=service.metadata.generation,
-            now=now,
-        )
-        await self._apply_status(
-            autoscaler_status(
-                self.applied,
-                desired_replicas=decision.desired_replicas,
-                mode=decision.mode.value,
-                reason_code=decision.reason_code.value,
-                reason=decision.reason,
-                condition=condition,
-                now=now,
-            )
-        )
-
-    async def _apply_status(self, owned: dict[str, Any]) -> None:
-        """Apply what the autoscaler owns when it differs from what it applied last."""
-        if owned == self.applied:
-            return
-        await asyncio.to_thread(
-            apply_status, self.client, self.namespace, self.name, owned, field_manager=AUTOSCALER
-        )
-        self.applied = owned
+        """The actions in order; a failed call stops the rest (the next evaluation retries),
+        and a status that was not applied is not remembered as applied."""
+        try:
+            for action in actions:
+                if isinstance(action, ScaleTo):
+                    await asyncio.to_thread(
+                        write_scale, self.client, self.namespace, self.name, action.replicas
+                    )
+                    log.info(
+                        "%s/%s: %d -> %d",
+                        self.namespace,
+                        self.name,
+                        action.from_replicas,
+                        action.replicas,
+                    )
+                elif isinstance(action, PostEvent) and service is not None:
+                    await asyncio.to_thread(
+                        post_event,
+                        self.client,
+                        namespace=self.namespace,
+                        name=self.name,
+                        uid=service.metadata.uid,
+                        event=action.event,
+                        now=self.runtime.clock.now_rfc3339(),
+                    )
+                elif isinstance(action, ApplyStatus):
+                    await asyncio.to_thread(
+                        apply_status,
+                        self.client,
+                        self.namespace,
+                        self.name,
+                        action.owned,
+                        field_manager=AUTOSCALER,
+                    )
+        except KubeError as error:
+            log.warning("%s/%s: cannot apply decision: %s", self.namespace, self.name, error)
+            if self.state is not None:
+                self.state = replace(self.state, applied=previous.applied)
 
     def _export(
         self,

@@ -2,6 +2,8 @@
 
     create / update / resume   the spec changed or the operator started
     owned Deployment events    status follows the Deployment; hand edits are undone
+    engine pod events          status names why a pod cannot run (a crash loop, a missing
+                               Secret) when it happens, not at the next resync
     resync loop                every `resync_interval_s`: nodes and optional APIs re-read,
                                every service reconciled (an idle pass writes nothing)
 
@@ -18,15 +20,16 @@ from typing import Any
 
 import kopf
 
-from tokenpilot.adapters.kube import KubeError
+from tokenpilot.adapters.kube import KubeError, NotFound
 from tokenpilot.adapters.kube.discovery import service_monitor_served
 from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
-from tokenpilot.core.render import MANAGED_BY
+from tokenpilot.core.render import MANAGED_BY, SERVICE_LABEL
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 
 log = logging.getLogger("tokenpilot.handlers")
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -41,6 +44,9 @@ async def _configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     # Events are posted by the reconciler on real changes; kopf's per-handler chatter is not.
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
+    # Only the engine pods are watched, selected by the API server: the cluster's other pods
+    # never reach the operator.
+    settings.watching.label_selectors["v1", "pods"] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)))
 
 
@@ -53,9 +59,36 @@ async def _stop(memo: Any, **_: Any) -> None:
             await task
 
 
+# A reconcile the API server could not answer (restarting, overloaded, etcd away) is retried
+# soon, and logged as one line: it is weather, not a bug, and a traceback would say otherwise.
+RETRY_UNREACHABLE_S = 5.0
+
+
+def _reconcile(memo: Any, body: Any, trigger: str) -> Any:
+    try:
+        return reconcile(_runtime(memo), body, trigger)
+    except NotFound as error:
+        details = error.body.get("details") or {}
+        if details.get("kind") == PLURAL and details.get("name") == body["metadata"]["name"]:
+            # Deleted while being reconciled (its status write found it gone): nothing to do,
+            # the garbage collector takes the rest (tests/chaos, a deletion mid scale-up).
+            log.info("%s/%s: deleted while being reconciled", *_key(body))
+            return None
+        raise
+    except KubeError as error:
+        if error.status == 0 or error.status >= 500 or error.status == 429:
+            raise kopf.TemporaryError(str(error), delay=RETRY_UNREACHABLE_S) from None
+        raise
+
+
+def _key(body: Any) -> tuple[str, str]:
+    meta = body["metadata"]
+    return meta.get("namespace") or "default", meta["name"]
+
+
 def _handle(memo: Any, body: kopf.Body, trigger: str) -> None:
-    outcome = reconcile(_runtime(memo), body, trigger)
-    if outcome.problem is not None:
+    outcome = _reconcile(memo, body, trigger)
+    if outcome is not None and outcome.problem is not None:
         # Permanent: retrying cannot help until the spec or the cluster changes; the resync
         # loop re-plans quietly, and the status already says what to do.
         raise kopf.PermanentError(outcome.problem)
@@ -76,7 +109,7 @@ def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
     _handle(memo, body, "resume")
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
 def deployment_changed(
     type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
 ) -> None:
@@ -90,9 +123,19 @@ def deployment_changed(
     stub = {"metadata": {"namespace": namespace, "name": owner["name"]}}
     if type == "DELETED":
         # Deleted by hand (not by the garbage collector, which takes the owner first): rebuild.
-        reconcile(_runtime(memo), stub, "deployment-deleted")
+        _reconcile(memo, stub, "deployment-deleted")
     else:
-        reconcile(_runtime(memo), stub, "deployment")
+        _reconcile(memo, stub, "deployment")
+
+
+@kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGED_BY})
+def engine_pod_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    service = body.metadata.get("labels", {}).get(SERVICE_LABEL)
+    if namespace is None or service is None:
+        return
+    stub = {"metadata": {"namespace": namespace, "name": service}}
+    # Through _reconcile: an API server away is one line, not a traceback (tests/chaos).
+    _reconcile(memo, stub, "pod")
 
 
 def resync_once(rt: Runtime) -> int:

@@ -1,36 +1,43 @@
 """The operator process: every handler module, and `operate()` to run them.
 
 Importing this module registers all kopf handlers (LLMService reconcile and the autoscaler);
-`operate` builds the shared runtime (client, GPU catalog, node list, discovery)
-and runs kopf until the stop flag is set.
+`operate` checks that it can start (its ports can be bound, the kubeconfig is one, the API
+server answers and serves the LLMService CRD), builds the shared runtime (client, GPU
+catalog, node list, discovery) and runs kopf until the stop flag is set. Each check that
+fails raises StartupError with one line naming the option or the cluster's state and the fix,
+before kopf starts: kopf would log the failure and keep running, reconciling nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from tokenpilot.adapters.kube import connect
+from tokenpilot.adapters.kube import KubeClient, KubeconfigError, KubeError, connect
 from tokenpilot.adapters.kube.calibration import MeasuredProfiles
-from tokenpilot.adapters.kube.discovery import service_monitor_served
+from tokenpilot.adapters.kube.discovery import llmservices_served, service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.core.calibration.cluster import JobSettings
 from tokenpilot.handlers import calibration, llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.autoscaler import AutoscalerConfig
+from tokenpilot.handlers.leadership import LeaderElection, guarded_session, lead
 from tokenpilot.handlers.reconcile import Runtime
 
 log = logging.getLogger("tokenpilot.operator")
 
 
 @kopf.on.login()
-def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+async def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> Any:
     """kopf talks to the same API server, as the same user, as the operator's own client."""
     runtime: Runtime = memo.runtime
     cfg = runtime.client.api.configuration
@@ -38,7 +45,7 @@ def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.Connect
         "authorization"
     )
     scheme, _space, token = (header or "").rpartition(" ")
-    return kopf.ConnectionInfo(
+    info = kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
         insecure=not cfg.verify_ssl,
@@ -48,6 +55,14 @@ def _login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.Connect
         private_key_path=cfg.key_file,
         trust_env=settings.networking.trust_env,
     )
+    guard = runtime.client.write_guard
+    if guard is None:
+        return info
+    return guarded_session(info, guard, runtime.client.api.user_agent)
+
+
+class StartupError(Exception):
+    """The operator cannot start; the message is one line with the option and the fix."""
 
 
 @dataclass(frozen=True)
@@ -56,16 +71,113 @@ class OperatorConfig:
     namespaces: Sequence[str] = ()  # empty: every namespace
     resync_interval_s: float = 60.0
     liveness_endpoint: str | None = None
+    liveness_address: tuple[str, int] | None = None  # (host, port) of liveness_endpoint
     metrics_port: int | None = None  # the operator's own /metrics; None: not served
     metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
+    leader_election: LeaderElection | None = None  # None: this replica acts alone
     # The calibration Job's image (the operator's own) and extra `tokenpilot calibrate` args.
     calibration_image: str = "ghcr.io/tokenpilot/operator:latest"
     calibration_args: tuple[str, ...] = ()
 
 
+
+def _bindable(host: str, port: int, *, port_option: str, host_option: str) -> None:
+    """StartupError unless a server could listen on (host, port) right now; the options are
+    how the user gave the port and the address (both can be the same option, a URL)."""
+    cannot = f"{host_option}: cannot listen on {host}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise StartupError(
+            f"{cannot} ({exc.strerror}); give an address of this machine, e.g. 0.0.0.0"
+        ) from None
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # As the HTTP servers bind: an address in TIME_WAIT is free, a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError(
+                    f"{port_option}: port {port} is in use on {host}; stop what holds it or "
+                    "pick another port"
+                ) from None
+            raise StartupError(
+                f"{cannot} ({exc.strerror}); give an address of this machine, e.g. 0.0.0.0"
+            ) from None
+
+
+def check_ports(config: OperatorConfig) -> None:
+    """The /metrics and liveness addresses can be served now (the servers that bind them
+    later would only log a failure and leave the operator running)."""
+    if config.metrics_port is not None:
+        _bindable(
+            config.metrics_address,
+            config.metrics_port,
+            port_option=f"--metrics-port {config.metrics_port}",
+            host_option=f"--metrics-address {config.metrics_address}",
+        )
+    if config.liveness_address is not None:
+        host, port = config.liveness_address
+        option = f"--liveness {config.liveness_endpoint}"
+        _bindable(host, port, port_option=option, host_option=option)
+
+
+@contextlib.contextmanager
+def _quiet_retries() -> Iterator[None]:
+    """urllib3 warns on each retry of a refused connection; at start-up the one line that
+    says what to do is enough."""
+    logger = logging.getLogger("urllib3")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _connect(config: OperatorConfig) -> KubeClient:
+    election = config.leader_election
+    try:
+        return connect(config.kubeconfig, user_agent=election.user_agent if election else None)
+    except KubeconfigError as exc:
+        option = f"--kubeconfig {exc.source}" if config.kubeconfig else f"kubeconfig {exc.source}"
+        raise StartupError(
+            f"{option}: {exc.reason}; pass a kubeconfig with clusters, users and a "
+            "current-context (kubectl config view --raw prints yours)"
+        ) from None
+
+
+def check_cluster(client: KubeClient, config: OperatorConfig) -> None:
+    """The API server answers, takes the credentials and serves the LLMService CRD."""
+    host = client.host
+    try:
+        served = llmservices_served(client)
+    except KubeError as exc:
+        if exc.status == 0:
+            raise StartupError(
+                f"cannot reach the API server at {host}; check that the cluster is up and "
+                "that --kubeconfig (or KUBECONFIG) points at it"
+            ) from None
+        if exc.status in (401, 403):
+            raise StartupError(
+                f"the API server at {host} refused these credentials ({exc.message}); use a "
+                "kubeconfig whose user may read LLMServices"
+            ) from None
+        raise StartupError(f"the API server at {host} answered {exc}") from None
+    if not served:
+        raise StartupError(
+            f"the LLMService CRD is not installed on {host}: install it with kubectl apply "
+            "--server-side -f crds/ (helm install installs it too)"
+        )
+
+
 def build_runtime(config: OperatorConfig, measured: MeasuredProfiles) -> Runtime:
-    client = connect(config.kubeconfig)
+    with _quiet_retries():
+        client = _connect(config)
+        check_cluster(client, config)
     catalog = load_catalog_from_cluster(client, config.gpu_profiles_configmap)
     measured.load(client)
     return Runtime(
@@ -84,11 +196,41 @@ def operate(
     *,
     stop_flag: threading.Event | None = None,
     ready_flag: threading.Event | None = None,
+    configure_logging: Callable[[], None] | None = None,
 ) -> None:
-    """Run the operator in this thread until `stop_flag` is set (or forever)."""
+    """Run the operator in this thread until `stop_flag` is set (or forever); StartupError
+    when it cannot start. `configure_logging` runs once the checks pass, so a refusal is the
+    only line printed.
+
+    With leader election, wait as a standby first; kopf runs only while this replica leads."""
+    check_ports(config)
     # Measured profiles live beside the profiles ConfigMap (docs/calibration.md).
     measured = MeasuredProfiles((config.gpu_profiles_configmap or "").partition("/")[0] or None)
     runtime = build_runtime(config, measured)
+    if configure_logging is not None:
+        configure_logging()
+    elector = None
+    if config.leader_election is not None:
+        elector = lead(
+            config.leader_election, config.kubeconfig, config.liveness_endpoint, stop_flag
+        )
+        if elector is None:
+            return  # stopped while standing by
+        runtime.client.write_guard = elector.guard.check
+    try:
+        _run_kopf(config, runtime, measured, stop_flag, ready_flag)
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def _run_kopf(
+    config: OperatorConfig,
+    runtime: Runtime,
+    measured: MeasuredProfiles,
+    stop_flag: threading.Event | None,
+    ready_flag: threading.Event | None,
+) -> None:
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -3,7 +3,8 @@
     plan (SKU, fit, batching, manifests)                      [core, may refuse]
     for each manifest: compare with the live object (read unless the trigger carries it);
                        apply only if the core sees a difference
-    desired status from the live Deployment                   [core]
+    desired status from the live Deployment, and from its pods  [core: status, pod_health]
+    while its rollout is unsettled
     write status only if it differs; the Events of the change [core: events]
 
 Runs in a worker thread (kopf's executor or the resync loop); one lock per service keeps two
@@ -26,13 +27,16 @@ from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube import apply as kube_apply
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.kube.pods import engine_pods
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import RECONCILER, apply_status
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import Infeasible, TokenPilotError
 from tokenpilot.core.events import reconcile_events
+from tokenpilot.core.pod_health import PodFailure, pod_failures
 from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.render import selector_string
 from tokenpilot.core.render_drift import difference
 from tokenpilot.core.render_plan import Plan, plan
 from tokenpilot.core.sku import NodeFacts
@@ -84,13 +88,15 @@ def _plan(rt: Runtime, service: LLMService) -> Plan:
 # What each trigger already knows, so a reconcile reads only what it must:
 #   create      nothing exists yet: apply every object without reading it first (apply is
 #               idempotent, so a create replayed after a restart is harmless)
-#   deployment  the Deployment changed: it is read again under the lock (an event can arrive
-#               after a resync already saw a newer state, and deciding from the event's copy
-#               took the status back in time, then forward again: two writes for nothing);
-#               the Service and PDB wait for the resync
+#   deployment, pod
+#               the Deployment or one of its pods changed: the Deployment is read again under
+#               the lock (an event can arrive after a resync already saw a newer state, and
+#               deciding from the event's copy took the status back in time, then forward
+#               again: two writes for nothing); the Service and PDB wait for the resync
 #   update, resume, resync
 #               read each object and apply only what differs
 READ_NOTHING = frozenset({"create"})
+FOLLOW_DEPLOYMENT = frozenset({"deployment", "pod"})
 
 
 def reconcile(
@@ -110,7 +116,7 @@ def reconcile(
             return Outcome((), False, None)  # gone or going: owner references do the rest
         body = fresh
         deployment = None
-        if trigger == "deployment":
+        if trigger in FOLLOW_DEPLOYMENT:
             deployment = rt.client.get(DEPLOYMENTS.path(namespace, name))
         return _reconcile(rt, body, trigger, deployment)
 
@@ -123,7 +129,7 @@ def _live(
         return True, None
     if manifest["kind"] == "Deployment" and deployment is not None:
         return True, dict(deployment)
-    if trigger == "deployment":
+    if trigger in FOLLOW_DEPLOYMENT:
         return False, None
     return True, kube_apply.read(rt.client, manifest)
 
@@ -142,6 +148,7 @@ def _reconcile(
     meta = service.metadata
     applied: list[str] = []
     problem: str | None = None
+    detail: str | None = None
     sku_name: str | None = None
     batching: BatchingDecision | None = None
     live_deployment: dict[str, Any] | None = None
@@ -155,8 +162,9 @@ def _reconcile(
             rt.nodes = list_nodes(rt.client)
             decided = _plan(rt, service)
     except TokenPilotError as exc:
-        # InvalidSpec, UnknownGPU, Infeasible: the user must act; nothing is applied.
-        problem = str(exc)
+        # InvalidSpec, UnknownGPU, Infeasible: the user must act; nothing is applied. The
+        # sentence goes to the conditions, the longer reasons to the Event.
+        problem, detail = str(exc), exc.detail
         live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
     else:
         sku_name, batching = decided.facts.sku_name, decided.facts.batching
@@ -186,16 +194,38 @@ def _reconcile(
 
     now = rt.clock.now_rfc3339()
     facts = DeploymentFacts.from_object(live_deployment) if live_deployment else None
+    failures, num_pods = _pod_failures(rt, service, facts, problem)
     status = desired_status(
-        service, deployment=facts, sku_name=sku_name, batching=batching, problem=problem, now=now
+        service,
+        deployment=facts,
+        sku_name=sku_name,
+        batching=batching,
+        problem=problem,
+        now=now,
+        pod_failures=failures,
+        num_pods=num_pods,
     )
     before = owned_status(service)
     status_written = status != before
     if status_written:
         # A key left out (tuning after an Infeasible) is removed: the apply owns all of it.
         apply_status(rt.client, meta.namespace, meta.name, status, field_manager=RECONCILER)
-    for event in reconcile_events(trigger, applied, before, status):
+    for event in reconcile_events(trigger, applied, before, status, detail=detail):
         post_event(
             rt.client, namespace=meta.namespace, name=meta.name, uid=meta.uid, event=event, now=now
         )
     return Outcome(tuple(applied), status_written, problem)
+
+
+def _pod_failures(
+    rt: Runtime, service: LLMService, facts: DeploymentFacts | None, problem: str | None
+) -> tuple[list[PodFailure], int]:
+    """The engine pods that cannot run, and how many pods there are, when it matters: a
+    settled rollout (or none, or a refused spec) has nothing to name, so an idle resync
+    lists no pods."""
+    if facts is None or facts.settled or problem is not None:
+        return [], 0
+    meta = service.metadata
+    pods = engine_pods(rt.client, meta.namespace, selector_string(service))
+    live = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
+    return pod_failures(live), len(live)

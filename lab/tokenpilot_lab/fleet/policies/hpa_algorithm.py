@@ -10,6 +10,11 @@ horizontal-pod-autoscale/) and implemented in pkg/controller/podautoscaler:
 3. Behavior defaults: scale-up with no stabilization, at most max(100 %, 4 pods) per 15 s;
    scale-down to the highest recommendation of the last 300 s (stabilization), at most 100 %
    per 15 s. Then clamp to [min, max].
+   An HPA with no `behavior` at all (what KEDA creates unless told otherwise) takes the
+   controller's older path instead: the same 300 s scale-down stabilization, and scale-up
+   capped at max(2 x current, 4) replicas per sync (`normalizeDesiredReplicas`,
+   `scaleUpLimitFactor` 2.0 and `scaleUpLimitMinimum` 4.0 in pkg/controller/podautoscaler/
+   horizontal.go).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ HPA_TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance
 SCALE_UP_MAX_PODS = 4  # behavior.scaleUp.policies: Pods 4 per 15 s
 SCALE_UP_MAX_PERCENT = 100.0  # behavior.scaleUp.policies: Percent 100 per 15 s
 SCALE_DOWN_STABILIZATION_S = 300.0  # behavior.scaleDown.stabilizationWindowSeconds
+LEGACY_SCALE_UP_FACTOR = 2.0  # scaleUpLimitFactor, without a behavior
+LEGACY_SCALE_UP_MINIMUM = 4  # scaleUpLimitMinimum, without a behavior
 
 
 def pods_metric_recommendation(
@@ -67,6 +74,8 @@ class HpaBehavior:
     min_replicas: int
     max_replicas: int
     scale_down_stabilization_s: float = SCALE_DOWN_STABILIZATION_S
+    # No `behavior` in the HPA's spec: the controller's legacy scale-up limit.
+    legacy: bool = False
     _recommendations: deque[tuple[float, int]] = field(default_factory=deque)
 
     def apply(self, now_s: float, current: int, recommended: int) -> int:
@@ -83,8 +92,12 @@ class HpaBehavior:
             # Scale down only to the highest recommendation in the window.
             desired = min(current, max(r for _, r in self._recommendations))
         if desired > current:
-            limit = max(
-                current + SCALE_UP_MAX_PODS, math.ceil(current * (1 + SCALE_UP_MAX_PERCENT / 100))
-            )
+            if self.legacy:
+                limit = max(math.ceil(LEGACY_SCALE_UP_FACTOR * current), LEGACY_SCALE_UP_MINIMUM)
+            else:
+                limit = max(
+                    current + SCALE_UP_MAX_PODS,
+                    math.ceil(current * (1 + SCALE_UP_MAX_PERCENT / 100)),
+                )
             desired = min(desired, limit)
         return max(self.min_replicas, min(self.max_replicas, desired))

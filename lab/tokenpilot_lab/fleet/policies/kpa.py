@@ -8,7 +8,15 @@ Knative's KPA (knative.dev/serving pkg/autoscaler/scaling/autoscaler.go). Every 
 3. Enter panic when desired_panic / ready >= panic threshold (2.0); stay until a whole stable
    window passes without that. In panic use desired_panic but never go below the highest
    count reached in this panic (no scale-down while panicking); otherwise use desired_stable.
-The metric is read from the pods directly on each tick, as AIBrix's metric fetcher does.
+4. AIBrix's cooldown (`stabilizeRecommendation` in pkg/controller/podautoscaler/
+   podautoscaler_controller.go, vllm-project/aibrix at bda162d and 015a2e5; defaults in
+   pkg/controller/podautoscaler/context/context.go: scale-up cooldown 0 s, scale-down 300 s):
+   every recommendation is kept with its time; one above the current count is used as it is
+   (the 0 s window holds only itself); one below takes the *smallest* recommendation of the
+   last 300 s. As coded this does not delay a scale-down the way the HPA's window does: it can
+   go lower than today's recommendation.
+The metric is read from the pods directly at each reconcile (every 10 s, the controller's
+DefaultResyncInterval), as AIBrix's metric fetcher does.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ from dataclasses import dataclass, field
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 
-KPA_TICK_S = 2.0  # Knative's autoscaler tick interval
+KPA_TICK_S = 10.0  # AIBrix's PodAutoscaler DefaultResyncInterval
 KPA_STABLE_WINDOW_S = 180.0
 KPA_PANIC_WINDOW_S = 60.0
 KPA_PANIC_THRESHOLD = 2.0
 KPA_MAX_SCALE_UP_RATE = 2.0
 KPA_MAX_SCALE_DOWN_RATE = 2.0  # Knative's default
+AIBRIX_SCALE_DOWN_COOLDOWN_S = 300.0  # ScaleDownCooldownWindow
 
 
 @dataclass(slots=True)
@@ -41,6 +50,7 @@ class KpaPolicy:
     _samples: deque[tuple[float, float]] = field(default_factory=deque)
     _panic_since_s: float | None = None
     _max_panic_pods: int = 0
+    _recommendations: deque[tuple[float, int]] = field(default_factory=deque)
 
     def decide(self, view: FleetView) -> ScaleChoice:
         now_s = view.now_s
@@ -72,5 +82,16 @@ class KpaPolicy:
         else:
             desired = desired_stable
             why = f"stable: {stable:.1f} running over {self.stable_window_s:g} s, target {target:g}"
+        desired = self._cool_down(now_s, view.spec_replicas, desired)
         desired = max(self.min_replicas, min(self.max_replicas, desired))
         return ScaleChoice(desired, why)
+
+    def _cool_down(self, now_s: float, current: int, recommended: int) -> int:
+        """AIBrix's stabilizeRecommendation, as coded (see the module docstring)."""
+        self._recommendations.append((now_s, recommended))
+        cutoff_s = now_s - AIBRIX_SCALE_DOWN_COOLDOWN_S
+        while self._recommendations and self._recommendations[0][0] <= cutoff_s:
+            self._recommendations.popleft()
+        if recommended >= current:
+            return recommended
+        return min(r for _, r in self._recommendations)

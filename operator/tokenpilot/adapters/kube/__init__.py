@@ -1,7 +1,7 @@
 """Kubernetes I/O for the operator and its tools.
 
     client.py     one synchronous client built from a kubeconfig or the in-cluster account;
-                  errors: KubeError > NotFound, Conflict
+                  errors: KubeError > NotFound, Conflict, KubeconfigError
     resources.py  where each kind we touch lives (group, version, plural)
     apply.py      server-side apply under ONE field manager: the project's only write path
                   for rendered objects
@@ -19,6 +19,13 @@
 Adapters move data and do not decide: what to apply and whether is decided in the core.
 """
 
-from tokenpilot.adapters.kube.client import Conflict, KubeClient, KubeError, NotFound, connect
+from tokenpilot.adapters.kube.client import (
+    Conflict,
+    KubeClient,
+    KubeconfigError,
+    KubeError,
+    NotFound,
+    connect,
+)
 
-__all__ = ["Conflict", "KubeClient", "KubeError", "NotFound", "connect"]
+__all__ = ["Conflict", "KubeClient", "KubeError", "KubeconfigError", "NotFound", "connect"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -32,6 +34,16 @@ class KubeError(Exception):
         self.body = body or {}
 
 
+class KubeconfigError(KubeError):
+    """The kubeconfig cannot be used: `source` says where it came from (the path, or how it
+    was found) and `reason` what is wrong, in one line."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(0, f"cannot use kubeconfig {source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
 class NotFound(KubeError):
     """404: the object (or its API) does not exist."""
 
@@ -40,12 +52,34 @@ class Conflict(KubeError):
     """409: a stale resourceVersion, an existing name, or an apply conflict."""
 
 
+# What JSON leaves raw and YAML does not read back as itself: DEL and the C1 controls (not
+# printable), NEL and the line and paragraph separators (line breaks, folded into a space in a
+# quoted scalar), surrogates and the two non-characters. JSON already escapes the C0 controls.
+_NOT_YAML_PRINTABLE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def yaml_body(body: Any) -> bytes:
+    """A server-side apply body: JSON (which is YAML) in UTF-8. Not the client's JSON: it
+    escapes a character beyond the BMP as a surrogate pair, which YAML refuses ("found invalid
+    Unicode character escape code": an emoji in a model name, found by fuzzing). A C1 control
+    is not YAML-printable raw (a service with one in its model name never got a status, found
+    by fuzzing too), so those stay escaped, as BMP escapes YAML reads."""
+    text = json.dumps(body, ensure_ascii=False)
+    return _NOT_YAML_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
+# Called with (method, path) just before a request goes out; raises to stop a write (the
+# leader election's fence, adapters/kube/lease.py).
+WriteGuard = Callable[[str, str], None]
+
+
 @dataclass
 class KubeClient:
     """Raw REST against one API server."""
 
     api: k8s.ApiClient
     timeout_s: float = DEFAULT_TIMEOUT_S
+    write_guard: WriteGuard | None = None
 
     @property
     def host(self) -> str:
@@ -64,6 +98,8 @@ class KubeClient:
         if query:
             path = f"{path}?{urlencode(query)}"
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if "yaml" in content_type and body is not None:
+            body = yaml_body(body)
         serialized = self.api.param_serialize(
             method,
             path,
@@ -71,6 +107,8 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
+        if self.write_guard is not None:
+            self.write_guard(method, path)  # as late as possible: the fence may close any time
         try:
             response = self.api.call_api(*serialized, _request_timeout=self.timeout_s)
             response.read()  # type: ignore[no-untyped-call]
@@ -110,18 +148,51 @@ class KubeClient:
         self.api.close()  # type: ignore[no-untyped-call]
 
 
-def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
-    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _what_it_is(path: str | None, exc: BaseException) -> str:
+    """Why the loader choked, said of the file rather than of the loader's internals."""
+    import yaml
+
+    try:
+        with open(os.path.expanduser(path or "~/.kube/config"), "rb") as stream:
+            document = yaml.safe_load(stream)
+    except Exception as error:
+        return f"{type(error).__name__}: {_first_line(error)[:120]}"
+    if document is None:
+        return "the file is empty"
+    if not isinstance(document, dict):
+        return f"the file holds a YAML {type(document).__name__}, not a mapping"
+    return f"{type(exc).__name__}: {_first_line(exc)[:120]}"
+
+
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    user_agent: str | None = None,
+) -> KubeClient:
+    """A client for the given kubeconfig, else $KUBECONFIG / ~/.kube/config, else in-cluster;
+    KubeconfigError when the kubeconfig cannot be used."""
     configuration = k8s.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
+        where = path or "~/.kube/config"
+        if path and not os.path.isfile(path):
+            raise KubeconfigError(where, "no such file")
         try:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, client_configuration=configuration
             )
         except (k8s_config.ConfigException, OSError) as exc:
-            where = path or "~/.kube/config"
-            raise KubeError(0, f"cannot use kubeconfig {where}: {exc}") from None
+            raise KubeconfigError(where, _first_line(exc)) from None
+        except Exception as exc:
+            # The loader trusts the file's shape: YAML errors, TypeError on a list or a string,
+            # UnicodeDecodeError on binary. Each means "this is not a kubeconfig".
+            raise KubeconfigError(where, f"not a kubeconfig ({_what_it_is(path, exc)})") from None
     else:
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -135,4 +206,8 @@ def connect(kubeconfig: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT
             ) from None
     # Enough pooled connections for the handler thread pool.
     configuration.connection_pool_maxsize = 32
-    return KubeClient(api=k8s.ApiClient(configuration), timeout_s=timeout_s)
+    api = k8s.ApiClient(configuration)
+    if user_agent:
+        # The API server's audit log records it: replicas of the operator tell themselves apart.
+        api.user_agent = user_agent
+    return KubeClient(api=api, timeout_s=timeout_s)

@@ -1,8 +1,10 @@
-"""Whether an API is served: the ServiceMonitor is rendered only when its CRD is installed."""
+"""Whether an API is served: the operator starts only where the LLMService CRD is installed, and
+the ServiceMonitor is rendered only where its CRD is."""
 
 from __future__ import annotations
 
 from tokenpilot.adapters.kube.client import KubeClient, NotFound
+from tokenpilot.api.llmservice import API_VERSION, KIND
 
 
 def is_served(client: KubeClient, api_version: str, kind: str) -> bool:
@@ -17,3 +19,9 @@ def is_served(client: KubeClient, api_version: str, kind: str) -> bool:
 
 def service_monitor_served(client: KubeClient) -> bool:
     return is_served(client, "monitoring.coreos.com/v1", "ServiceMonitor")
+
+
+def llmservices_served(client: KubeClient) -> bool:
+    """Whether the LLMService CRD is installed and served (KubeError when the API server cannot
+    be reached or refuses the credentials)."""
+    return is_served(client, API_VERSION, KIND)

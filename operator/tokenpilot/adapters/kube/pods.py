@@ -1,4 +1,5 @@
-"""A service's engine pods as the metrics sources need them: the Ready ones and their /metrics."""
+"""A service's engine pods: all of them as the reconciler judges them (core/pod_health.py), and
+the Ready ones with their /metrics as the metrics sources need them."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ from tokenpilot.core.render import HTTP_PORT
 PODS = RESOURCES[("v1", "Pod")]
 
 
+def engine_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """Every pod matching `selector`, as the API server returns them."""
+    listed = client.request("GET", PODS.path(namespace), query={"labelSelector": selector})
+    return list(listed.get("items", []))
+
+
 def ready_engine_pods(client: KubeClient, namespace: str, selector: str) -> tuple[PodEndpoint, ...]:
     """The Ready, non-terminating pods matching `selector`, by name, with their /metrics URLs."""
-    listed = client.request("GET", PODS.path(namespace), query={"labelSelector": selector})
-    pods = [pod for pod in listed.get("items", []) if _ready(pod)]
+    pods = [pod for pod in engine_pods(client, namespace, selector) if _ready(pod)]
     return tuple(
         PodEndpoint(pod["metadata"]["name"], _metrics_url(pod))
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"])

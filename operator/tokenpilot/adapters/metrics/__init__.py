@@ -1,6 +1,6 @@
 """Metrics sources for the autoscaler, behind one small interface (`MetricsSource`).
 
-    MetricsSource.observe(target: ServiceTarget, now_s) -> Observation
+    MetricsSource.read(target: ServiceTarget, now_s) -> PodScrapes | Observation
     ├── DirectSource        scrape every ready engine pod's /metrics (default, needs nothing)
     └── PrometheusSource    PromQL against a Prometheus server that scrapes the engines
     MetricsSources          the process's sources: one direct, one per Prometheus URL

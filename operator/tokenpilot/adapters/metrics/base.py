@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenpilot.core.autoscale import Observation
+from tokenpilot.core.autoscale.loop import Samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +39,13 @@ class ServiceTarget:
 
 
 class MetricsSource(Protocol):
-    """Reads one service's signals. Never raises for an unreachable or broken engine or server:
-    the Observation's missing fields and `problems` say what could not be read, and decide()
-    holds. `now_s` is the caller's clock (the one it later passes to decide()).
+    """Reads one service's signals: this evaluation's scrapes of its pods (direct), or an
+    Observation a Prometheus server windowed. Never raises for an unreachable or broken engine
+    or server: the missing fields and `problems` say what could not be read, and the
+    autoscaler holds. `now_s` is the caller's clock (the one it passes to the state machine).
     """
 
-    async def observe(self, target: ServiceTarget, now_s: float) -> Observation: ...
+    async def read(self, target: ServiceTarget, now_s: float) -> Samples: ...
 
     def forget(self, target_key: str) -> None:
         """Drop whatever is remembered about a service that was deleted."""

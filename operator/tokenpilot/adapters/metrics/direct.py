@@ -2,10 +2,11 @@
 
 All pods of all services are scraped concurrently through one shared httpx client (keep-alive
 connections, a bounded number in flight); each scrape has a timeout, so a hung engine costs at
-most `timeout_s`. Each pod keeps a ring of samples just longer than the window, from which
-tokenpilot.core.autoscale.window computes the P99s. A pod that refuses, times out, answers an
-error status or something that is not Prometheus text is reported in `problems` and left out;
-decide() then holds rather than scale down on a partial view.
+most `timeout_s`. The source remembers nothing: it returns this evaluation's samples
+(`PodScrapes`), and the autoscaler's state machine keeps each pod's ring
+(tokenpilot.core.autoscale.loop). A pod that refuses, times out, answers an error status or
+something that is not Prometheus text is reported in `problems` and left out; the autoscaler
+then holds rather than scale down on a partial view.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from tokenpilot.adapters.metrics.parse import (
     engine_sample,
     parse_metrics,
 )
-from tokenpilot.core.autoscale import METRICS_WINDOW_S, Observation
-from tokenpilot.core.autoscale.window import EngineSample, Ring, observe_rings, push
+from tokenpilot.core.autoscale.window import EngineSample, PodScrapes
 
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_IN_FLIGHT = 128
@@ -38,11 +38,9 @@ class DirectSource:
     def __init__(
         self,
         *,
-        window_s: float = METRICS_WINDOW_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
-        self.window_s = window_s
         # httpcore scans its whole pool for every request, which is quadratic with one
         # connection per engine; small pools picked by engine address keep it linear.
         # One TLS context for all shards: loading the CA bundle costs ~50 ms per client.
@@ -63,32 +61,18 @@ class DirectSource:
             for _ in range(NUM_CLIENT_SHARDS)
         ]
         self._in_flight = asyncio.Semaphore(max_in_flight)
-        self._rings: dict[str, dict[str, Ring]] = {}
 
-    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+    async def read(self, target: ServiceTarget, now_s: float) -> PodScrapes:
         families = ENGINE_FAMILIES_WITH_TTFT if target.read_ttft else ENGINE_FAMILIES
         results = await asyncio.gather(*(self._scrape(pod, families, now_s) for pod in target.pods))
-        previous = self._rings.get(target.key, {})
-        rings: dict[str, Ring] = {}
+        samples: dict[str, EngineSample] = {}
         problems = []
         for pod, result in zip(target.pods, results, strict=True):
-            ring = previous.get(pod.name, ())
             if isinstance(result, str):
                 problems.append(f"pod {pod.name}: {result}")
             else:
-                ring = push(ring, result, self.window_s)
-            if ring:
-                rings[pod.name] = ring
-        # Pods that left the ready set are dropped with their rings.
-        self._rings[target.key] = rings
-        return observe_rings(
-            rings,
-            observed_at_s=now_s,
-            desired_replicas=target.desired_replicas,
-            ready_replicas=target.ready_replicas,
-            num_pods_expected=len(target.pods),
-            problems=problems,
-        )
+                samples[pod.name] = result
+        return PodScrapes(now_s, samples, len(target.pods), tuple(problems))
 
     async def _scrape(
         self, pod: PodEndpoint, families: frozenset[str], now_s: float
@@ -113,7 +97,7 @@ class DirectSource:
         return sample
 
     def forget(self, target_key: str) -> None:
-        self._rings.pop(target_key, None)
+        """Nothing to forget: the rings live in the autoscaler's state."""
 
     async def aclose(self) -> None:
         for client in self._clients:

@@ -134,6 +134,11 @@ ENGINE_FAMILIES = frozenset(
         vllm_metrics.NUM_REQUESTS_RUNNING,
         vllm_metrics.KV_CACHE_USAGE_PERC,
         vllm_metrics.INTER_TOKEN_LATENCY_SECONDS,
+        # The counters the demand model reads: what arrived, not just what waits.
+        vllm_metrics.PROMPT_TOKENS,
+        vllm_metrics.PREFIX_CACHE_HITS,
+        vllm_metrics.GENERATION_TOKENS,
+        vllm_metrics.REQUEST_SUCCESS,
     }
 )
 ENGINE_FAMILIES_WITH_TTFT = ENGINE_FAMILIES | {vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS}
@@ -148,4 +153,8 @@ def engine_sample(page: MetricsPage, at_s: float) -> EngineSample:
         kv_cache_usage=page.max(vllm_metrics.KV_CACHE_USAGE_PERC),
         itl_buckets=page.buckets(vllm_metrics.INTER_TOKEN_LATENCY_SECONDS),
         ttft_buckets=page.buckets(vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS),
+        prompt_tokens_total=page.sum(f"{vllm_metrics.PROMPT_TOKENS}_total"),
+        cached_prompt_tokens_total=page.sum(f"{vllm_metrics.PREFIX_CACHE_HITS}_total"),
+        output_tokens_total=page.sum(f"{vllm_metrics.GENERATION_TOKENS}_total"),
+        requests_total=page.sum(f"{vllm_metrics.REQUEST_SUCCESS}_total"),
     )

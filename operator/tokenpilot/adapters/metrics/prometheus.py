@@ -7,7 +7,7 @@ same pair the dashboards and rules use). P99s are `histogram_quantile(0.99, sum 
 from a missing metric) is `sum(increase(..._count{sel}[w]))`. The upper edge of the bucket
 holding the P99 comes from vLLM's bucket table.
 
-The nine instant queries of one evaluation go out at once through one httpx client
+The thirteen instant queries of one evaluation go out at once through one httpx client
 (`GET /api/v1/query`), under one timeout. A server that cannot be reached or answers nonsense
 leaves every field None with the reason in `problems`; decide() then holds.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ import httpx
 from tokenpilot.adapters.metrics.base import ServiceTarget
 from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import METRICS_WINDOW_S, LatencyQuantile, Observation
+from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.dashboards.slo import SERVICE_LABELS
 from tokenpilot.core.histogram import bucket_upper_bound
 
@@ -51,6 +52,10 @@ class Queries:
     itl_count: str
     ttft_p99: str
     ttft_count: str
+    prompt_tokens: str
+    cached_prompt_tokens: str
+    output_tokens: str
+    requests: str
 
 
 def queries(target: ServiceTarget, window_s: float) -> Queries:
@@ -63,6 +68,9 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
     def p99(family: str) -> str:
         return f"histogram_quantile(0.99, sum by (le) (rate({family}_bucket{sel}{window})))"
 
+    def increase(family: str) -> str:
+        return f"sum(increase({family}_total{sel}{window}))"
+
     return Queries(
         waiting=f"sum({waiting}{sel})",
         running=f"sum({vllm_metrics.NUM_REQUESTS_RUNNING}{sel})",
@@ -73,7 +81,24 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
         itl_count=f"sum(increase({itl}_count{sel}{window}))",
         ttft_p99=p99(ttft),
         ttft_count=f"sum(increase({ttft}_count{sel}{window}))",
+        prompt_tokens=increase(vllm_metrics.PROMPT_TOKENS),
+        cached_prompt_tokens=increase(vllm_metrics.PREFIX_CACHE_HITS),
+        output_tokens=increase(vllm_metrics.GENERATION_TOKENS),
+        requests=increase(vllm_metrics.REQUEST_SUCCESS),
     )
+
+
+_COUNTED = (
+    "waiting",
+    "running",
+    "kv_cache_usage",
+    "num_series",
+    "freshest_sample",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "output_tokens",
+    "requests",
+)
 
 
 class PrometheusSource:
@@ -94,12 +119,21 @@ class PrometheusSource:
             base_url=url.rstrip("/"), timeout=httpx.Timeout(timeout_s), verify=False
         )
 
-    async def observe(self, target: ServiceTarget, now_s: float) -> Observation:
+    async def read(self, target: ServiceTarget, now_s: float) -> Observation:
         exprs = queries(target, self.window_s)
         names = list(Queries.__dataclass_fields__)
         try:
             async with asyncio.timeout(self._timeout_s):
-                results = await asyncio.gather(*(self._scalar(getattr(exprs, n)) for n in names))
+                # Every query is waited for, failed or not: gather alone would return at the
+                # first error and leave the others running with nobody to read their errors
+                # (a traceback at shutdown when Prometheus had gone, found by tests/chaos).
+                answers = await asyncio.gather(
+                    *(self._scalar(getattr(exprs, n)) for n in names), return_exceptions=True
+                )
+            failed = [a for a in answers if isinstance(a, BaseException)]
+            if failed:
+                raise failed[0]
+            results = [a for a in answers if not isinstance(a, BaseException)]
         except (TimeoutError, httpx.TimeoutException):
             return self._blind(target, now_s, f"no answer within {self._timeout_s:g} s")
         # A refused connection, an error status or an answer that is not the query API's:
@@ -133,11 +167,23 @@ class PrometheusSource:
     def _observation(
         self, target: ServiceTarget, now_s: float, values: dict[str, tuple[float, float] | None]
     ) -> Observation:
+        problems = []
+        # A count, a gauge or a timestamp that is NaN or infinite is no reading at all (never a
+        # zero: read as one, it would scale a loaded fleet down). Quantiles keep their NaN:
+        # _latency reads it together with the sample count.
+        unreadable = [
+            name
+            for name in _COUNTED
+            if values[name] is not None and not math.isfinite(values[name][0])  # type: ignore[index]
+        ]
+        if unreadable:
+            problems.append(f"prometheus answered NaN or Inf for {', '.join(unreadable)}")
+            values = {k: (None if k in unreadable else v) for k, v in values.items()}
+
         def value(name: str) -> float | None:
             found = values[name]
             return None if found is None else found[0]
 
-        problems = []
         num_series = int(value("num_series") or 0)
         if num_series < len(target.pods):
             problems.append(
@@ -165,6 +211,20 @@ class PrometheusSource:
             kv_cache_usage=value("kv_cache_usage"),
             window_s=self.window_s,
             problems=tuple(problems),
+            load=self._load(value),
+        )
+
+    def _load(self, value: Callable[[str], float | None]) -> Load | None:
+        """The counters' increase over the window; None where the engines export none."""
+        prompt = value("prompt_tokens")
+        if prompt is None:
+            return None
+        return Load(
+            self.window_s,
+            prompt,
+            value("cached_prompt_tokens") or 0.0,
+            value("output_tokens") or 0.0,
+            value("requests") or 0.0,
         )
 
     def forget(self, target_key: str) -> None:

@@ -23,7 +23,9 @@ The algorithm, in the order it is applied:
    replicas under scale_down_ratio of its target, P99s scaled by the per-replica load after the
    step at most scale_down_latency_ratio of their SLO) for scale_down_stabilization_s with every
    pod visible, and scale_down_step_interval_s has passed since the last step down; then
-   remove max_scale_down_step replicas.
+   remove up to max_scale_down_step replicas, but go no lower than the largest of the fleets
+   each evaluation of the window found would stay within targets (its busiest reading, not
+   only the latest, must fit the smaller fleet).
    A partial scrape never scales down, but a breach seen on the visible pods may still scale up.
 6. One regime is exempt from load arithmetic: no more requests in flight (running + waiting)
    than engines. The least-outstanding balancer then gives every request an engine of its own
@@ -38,19 +40,23 @@ The algorithm, in the order it is applied:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from tokenpilot.core.autoscale.decision import Decision, Mode, Reason, Signals
+from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason, Signals
+from tokenpilot.core.autoscale.demand import Forecast
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
 
-_BLIND = (Reason.stale_metrics, Reason.no_ready_pods, Reason.missing_metrics, Reason.partial_scrape)
 # Guards ceil() against 3 * (4/3) = 4.0000000001 asking for a fifth replica.
 _EPSILON = 1e-9
 
 
 def decide(
-    policy: AutoscalePolicy, history: History, observation: Observation, now_s: float
+    policy: AutoscalePolicy,
+    history: History,
+    observation: Observation,
+    now_s: float,
+    outlook: Forecast | None = None,
 ) -> Decision:
     """The replicas `observation`'s service should have at `now_s`, with mode and reason.
 
@@ -58,8 +64,8 @@ def decide(
     the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
     from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
     """
-    decision = _decide(policy, history, observation, now_s)
-    if decision.mode is Mode.hold and decision.reason_code in _BLIND:
+    decision = _decide(policy, history, observation, now_s, _model_need(policy, outlook))
+    if decision.mode is Mode.hold and decision.reason_code in BLIND:
         return decision
     # The reading this evaluation saw is the "previous" one for the next.
     remembered = replace(
@@ -69,7 +75,11 @@ def decide(
 
 
 def _decide(
-    policy: AutoscalePolicy, history: History, observation: Observation, now_s: float
+    policy: AutoscalePolicy,
+    history: History,
+    observation: Observation,
+    now_s: float,
+    model: ModelNeed | None,
 ) -> Decision:
     current = observation.desired_replicas
     signals = _signals(policy, observation, history.last_queue_per_replica)
@@ -97,6 +107,15 @@ def _decide(
             history,
         )
     missing = _missing(policy, observation)
+    if missing and observation.awaiting_second_scrape:
+        return _hold(
+            Reason.awaiting_second_scrape,
+            f"the ready pods were read once so far; a P99 needs a second reading; keeping "
+            f"{current} replicas",
+            current,
+            signals,
+            history,
+        )
     if missing:
         why = "; ".join(observation.problems) or "no value"
         return _hold(
@@ -110,8 +129,11 @@ def _decide(
     if signals.pressure > 1.0:
         bound = _prefill_bound(policy, observation, signals)
         if bound is None:
-            return _scale_up(policy, history, observation, signals, now_s)
-        return _prefill_hold(_scale_down(policy, history, observation, signals, now_s, bound))
+            return _scale_up(policy, history, observation, signals, now_s, model)
+        return _prefill_hold(
+            _scale_down(policy, history, observation, signals, now_s, bound, model),
+            allow_down=model is None,
+        )
     if (signals.queue_spike_ratio or 0.0) > 1.0:
         return Decision(
             current,
@@ -122,7 +144,7 @@ def _decide(
             signals,
             replace(history, calm_since_s=None),
         )
-    return _scale_down(policy, history, observation, signals, now_s)
+    return _scale_down(policy, history, observation, signals, now_s, None, model)
 
 
 def _signals(
@@ -227,6 +249,7 @@ def _scale_up(
     observation: Observation,
     signals: Signals,
     now_s: float,
+    model: ModelNeed | None = None,
 ) -> Decision:
     current = observation.desired_replicas
     pressure = signals.pressure
@@ -234,6 +257,9 @@ def _scale_up(
     breach_since_s = now_s if history.breach_since_s is None else history.breach_since_s
     serving = max(observation.ready_replicas, observation.num_pods_expected)
     needed = math.ceil(serving * pressure - _EPSILON)
+    if model is not None and model.replicas > needed:
+        # The breach is the feedback; the model's forecast may already ask for more.
+        needed = model.replicas
     panic = pressure >= policy.panic_ratio
     figures = _describe(policy, signals)
     waiting = replace(history, breach_since_s=breach_since_s, calm_since_s=None)
@@ -298,9 +324,13 @@ def _scale_down(
     signals: Signals,
     now_s: float,
     bound: str | None = None,
+    model: ModelNeed | None = None,
 ) -> Decision:
     """Step down if the smaller fleet stays within targets. With `bound` (the words of a TTFT
-    breach set by prompt length) every outcome but a step down is a `PrefillBound` hold."""
+    breach set by prompt length) every outcome but a step down is a `PrefillBound` hold.
+    With a model, its forecast decides the size; the measurements only veto a step down."""
+    if model is not None:
+        return _model_step(policy, history, observation, signals, now_s, model, bound)
     current = observation.desired_replicas
     figures = _describe(policy, signals)
     # A prompt-bound TTFT is over its SLO: say so instead of "within targets".
@@ -340,7 +370,12 @@ def _scale_down(
             within,
         )
     calm_since_s = now_s if history.calm_since_s is None else history.calm_since_s
-    calm = replace(history, breach_since_s=None, calm_since_s=calm_since_s)
+    window_start_s = max(calm_since_s, now_s - policy.scale_down_stabilization_s)
+    floors = (
+        *((at_s, n) for at_s, n in history.calm_floors if at_s >= window_start_s),
+        (now_s, _fewest_within_targets(policy, observation, current - step)),
+    )
+    calm = replace(history, breach_since_s=None, calm_since_s=calm_since_s, calm_floors=floors)
     calm_s = now_s - calm_since_s
     if calm_s < policy.scale_down_stabilization_s:
         return Decision(
@@ -365,22 +400,172 @@ def _scale_down(
             signals,
             calm,
         )
+    floor = max(n for _, n in floors)
+    desired = max(floor, current - step)
+    if desired >= current:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.stabilizing,
+            f"{figures}: {state}, but the busiest reading of the last "
+            f"{policy.scale_down_stabilization_s:g} s needs {floor} replicas",
+            signals,
+            calm,
+        )
     return Decision(
-        current - step,
+        desired,
         Mode.scale_down,
         Reason.sustained_headroom,
-        f"{figures}: {current - step} replicas would "
+        f"{figures}: {desired} replicas would "
         + ("stay within targets" if bound is None else "still give every request its own engine")
-        + f", for {calm_s:.0f} s; scaling {current} -> {current - step}",
+        + f" at every reading of the last {calm_s:.0f} s; scaling {current} -> {desired}",
         signals,
         replace(calm, last_scale_down_s=now_s),
     )
 
 
-def _prefill_hold(decision: Decision) -> Decision:
-    """A TTFT breach replicas cannot fix: keep the step down or partial-view hold as decided,
-    turn every other outcome into a `PrefillBound` hold (the calm window keeps running)."""
-    if decision.mode is Mode.scale_down or decision.reason_code is Reason.partial_scrape:
+def _fewest_within_targets(policy: AutoscalePolicy, observation: Observation, passing: int) -> int:
+    """The fewest replicas, down from `passing` (which `_short_after_step` accepts), that this
+    observation shows would stay within targets, each step smaller tested as in 5."""
+    fewest = passing
+    while (
+        fewest > policy.min_replicas and _short_after_step(policy, observation, fewest - 1) is None
+    ):
+        fewest -= 1
+    return fewest
+
+
+@dataclass(frozen=True, slots=True)
+class ModelNeed:
+    """The replicas the step model says the forecast demand needs, and the words why."""
+
+    replicas: int
+    words: str
+    # The forecast has seen a whole scale-down window: only then may it claim that window's
+    # busiest interval, and so a smaller fleet.
+    can_shrink: bool
+
+
+def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed | None:
+    model = policy.replica_model
+    if model is None or outlook is None:
+        return None
+    demand = outlook.demand
+    replicas, verdict = model.replicas_needed(demand, policy.max_replicas)
+    replicas = policy.clamp(replicas)
+    limit = "" if verdict.ok else f" ({verdict.why} even then)"
+    words = (
+        f"forecast {demand.prompt_tokens_per_s:,.0f} prompt and "
+        f"{demand.output_tokens_per_s:,.0f} output tokens/s "
+        f"(busiest {policy.attainment:.0%} of the last {outlook.span_s:.0f} s"
+        + (
+            f", +{outlook.growth_prompt_tokens_per_s:,.0f} prompt tokens/s of growth"
+            if outlook.growth_prompt_tokens_per_s > 0
+            else ""
+        )
+        + f") need {replicas} replicas by the step model{limit}"
+    )
+    return ModelNeed(replicas, words, outlook.span_s >= policy.scale_down_stabilization_s)
+
+
+def _model_step(
+    policy: AutoscalePolicy,
+    history: History,
+    observation: Observation,
+    signals: Signals,
+    now_s: float,
+    model: ModelNeed,
+    bound: str | None,
+) -> Decision:
+    """No breach: size the fleet to the model's forecast. Up at once (capacity takes a whole
+    startup to arrive); down to the forecast's size only with every pod visible, the queue
+    spread over the smaller fleet under the scale-down ratio, and one metrics window since
+    the last step down."""
+    current = observation.desired_replicas
+    figures = _describe(policy, signals)
+    if bound is not None:
+        figures = f"{figures}: {bound}"
+    quiet = replace(history, breach_since_s=None, calm_since_s=None)
+    if model.replicas > current:
+        step_limit = max(policy.max_scale_up_step, current)
+        desired = min(model.replicas, current + step_limit, policy.max_replicas)
+        if desired <= current:
+            return Decision(
+                current, Mode.hold, Reason.at_max, f"{figures}; {model.words}", signals, quiet
+            )
+        return Decision(
+            desired,
+            Mode.scale_up,
+            Reason.predicted_demand,
+            f"{figures}; {model.words}; scaling {current} -> {desired}",
+            signals,
+            replace(quiet, last_scale_up_s=now_s),
+        )
+    if model.replicas == current or not model.can_shrink:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.within_targets,
+            f"{figures}; {model.words}",
+            signals,
+            quiet,
+        )
+    unseen = observation.num_pods_expected - observation.num_pods_scraped
+    if unseen > 0:
+        why = "; ".join(observation.problems) or "no answer"
+        return _hold(
+            Reason.partial_scrape,
+            f"{figures} on {observation.num_pods_scraped} of {observation.num_pods_expected} "
+            f"pods; {unseen} could not be read ({why}); not scaling down while blind",
+            current,
+            signals,
+            history,
+        )
+    desired = model.replicas
+    waiting = observation.num_requests_waiting or 0.0
+    queue_after = waiting / max(1, desired)
+    if queue_after > policy.scale_down_ratio * policy.target_queue_per_replica:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.within_targets,
+            f"{figures}; {model.words}, but the queue would be {queue_after:.1f}/replica, over "
+            f"{policy.scale_down_ratio:g}x its target",
+            signals,
+            quiet,
+        )
+    since_step_s = (
+        math.inf if history.last_scale_down_s is None else now_s - history.last_scale_down_s
+    )
+    if since_step_s < policy.scale_down_step_interval_s:
+        return Decision(
+            current,
+            Mode.steady,
+            Reason.stabilizing,
+            f"{figures}; {model.words}; last step down {since_step_s:.0f} s ago, next after "
+            f"{policy.scale_down_step_interval_s:g} s",
+            signals,
+            quiet,
+        )
+    return Decision(
+        desired,
+        Mode.scale_down,
+        Reason.model_headroom,
+        f"{figures}; {model.words}; scaling {current} -> {desired}",
+        signals,
+        replace(quiet, last_scale_down_s=now_s),
+    )
+
+
+def _prefill_hold(decision: Decision, *, allow_down: bool) -> Decision:
+    """A TTFT breach replicas cannot fix: keep a step up, a step down (without a model: with
+    one, a step down needs every signal calm) or a partial-view hold as decided; turn every
+    other outcome into a `PrefillBound` hold (the calm window keeps running)."""
+    if (
+        decision.mode is Mode.scale_up
+        or (decision.mode is Mode.scale_down and allow_down)
+        or decision.reason_code is Reason.partial_scrape
+    ):
         return decision
     return replace(decision, mode=Mode.hold, reason_code=Reason.prefill_bound)
 

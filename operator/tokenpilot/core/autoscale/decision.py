@@ -1,5 +1,5 @@
 """What decide() returns: the replica count, the mode, the reason (a code and words), the
-signals it used and the history to pass to the next call.
+signals it used and the history to pass to the next call; and what "blind" means.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tokenpilot.api.llmservice import ConditionStatus
 from tokenpilot.core.autoscale.observation import History
 
 
@@ -31,6 +32,7 @@ class Reason(StrEnum):
     missing_metrics = "MissingMetrics"
     partial_scrape = "PartialScrape"
     no_ready_pods = "NoReadyPods"
+    awaiting_second_scrape = "AwaitingSecondScrape"
     queue_over_target = "QueueOverTarget"
     itl_over_slo = "ItlOverSlo"
     ttft_over_slo = "TtftOverSlo"
@@ -42,6 +44,43 @@ class Reason(StrEnum):
     within_targets = "WithinTargets"
     stabilizing = "StabilizingScaleDown"
     sustained_headroom = "SustainedHeadroom"
+    model_headroom = "ModelHeadroom"
+    predicted_demand = "PredictedDemand"
+
+
+@dataclass(frozen=True, slots=True)
+class Blindness:
+    """What a blind hold means to the user: the MetricsAvailable condition's status and words,
+    and whether entering it is worth a Warning Event."""
+
+    condition_status: ConditionStatus
+    words: str
+    warns: bool
+
+
+# The one definition of "blind": the holds in which the autoscaler could not see the service.
+# Each restarts the windows (nothing seen before the gap counts towards a later move), sets
+# MetricsAvailable to the status given, and warns when the user has something to fix.
+BLIND: dict[Reason, Blindness] = {
+    Reason.missing_metrics: Blindness(
+        ConditionStatus.false, "a signal the autoscaler needs is missing", warns=True
+    ),
+    Reason.stale_metrics: Blindness(
+        ConditionStatus.false, "the latest metrics are too old", warns=True
+    ),
+    Reason.partial_scrape: Blindness(
+        ConditionStatus.false, "not every ready engine pod could be read", warns=True
+    ),
+    Reason.no_ready_pods: Blindness(
+        ConditionStatus.unknown, "no engine pod is ready to be read", warns=False
+    ),
+    # A new pod's P99 needs a second scrape: nothing is wrong yet, so no Warning.
+    Reason.awaiting_second_scrape: Blindness(
+        ConditionStatus.unknown,
+        "a P99 needs two scrapes of a pod; waiting for the second",
+        warns=False,
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,44 @@ class LatencyQuantile:
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """What the engines took in over `interval_s`: the increases of vLLM's counters
+    (`vllm:prompt_tokens`, `vllm:prompt_tokens_cached`, `vllm:generation_tokens`,
+    `vllm:request_success`) summed over the pods read at both ends of the interval."""
+
+    interval_s: float
+    num_prompt_tokens: float
+    num_cached_prompt_tokens: float
+    num_output_tokens: float
+    num_requests: float
+
+    @property
+    def is_finite(self) -> bool:
+        """Whether every figure is a number: a NaN or infinite counter is no reading."""
+        return all(
+            math.isfinite(x)
+            for x in (
+                self.interval_s,
+                self.num_prompt_tokens,
+                self.num_cached_prompt_tokens,
+                self.num_output_tokens,
+                self.num_requests,
+            )
+        )
+
+    @property
+    def computed_prompt_tokens_per_s(self) -> float:
+        """Prompt tokens the engines had to prefill (not found in the prefix cache), per second."""
+        if self.interval_s <= 0:
+            return 0.0
+        return max(0.0, self.num_prompt_tokens - self.num_cached_prompt_tokens) / self.interval_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.num_output_tokens / self.interval_s if self.interval_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """One service's signals at `observed_at_s` (same clock as decide's `now_s`).
 
@@ -69,6 +107,11 @@ class Observation:
     kv_cache_usage: float | None = None
     window_s: float = 0.0
     problems: tuple[str, ...] = ()
+    # The counters' increase since the previous reading (direct) or over the window
+    # (Prometheus); None when no pod has been read twice or the engines export no counters.
+    load: Load | None = None
+    # Pods were read, but none twice yet: the P99s cannot exist yet, and nothing is wrong.
+    awaiting_second_scrape: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +124,10 @@ class History:
     - `last_scale_up_s` / `last_scale_down_s`: when decide() last moved each way.
     - `last_queue_per_replica`: the queue read by the previous evaluation, None after a blind
       one; a queue counts only when two consecutive readings are over target.
+    - `calm_floors`: for the evaluations of the calm run within the last scale-down window,
+      (time, the fewest replicas that evaluation's readings showed would stay within targets).
+      A step down goes no lower than the largest of them: the busiest reading of the window,
+      not only the latest, must fit the smaller fleet.
     """
 
     breach_since_s: float | None = None
@@ -88,3 +135,4 @@ class History:
     last_scale_up_s: float | None = None
     last_scale_down_s: float | None = None
     last_queue_per_replica: float | None = None
+    calm_floors: tuple[tuple[float, int], ...] = ()

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.errors import InvalidSpec
 
 # The window every metrics source computes P99s and rates over, whether it scrapes pods itself
@@ -91,6 +92,15 @@ class AutoscalePolicy:
     max_scale_down_step: int = 1
     scale_down_step_interval_s: float = 30.0
     max_observation_age_s: float = 15.0
+    # How long a replica asked for now takes to serve (image, weights, CUDA graphs): the
+    # horizon the demand is forecast over.
+    startup_s: float = 90.0
+    # The share of requests that must meet the SLOs (spec.slo.attainment): how busy an
+    # interval of the recent past the fleet must keep up with.
+    attainment: float = 0.99
+    # One replica priced by the step model at its budget and SLOs; None when the GPU or the
+    # budget is unknown, and the autoscaler then scales on the SLO signals alone.
+    replica_model: ReplicaModel | None = None
 
     def __post_init__(self) -> None:
         if self.min_replicas < 1:
@@ -123,6 +133,10 @@ class AutoscalePolicy:
                 raise InvalidPolicy(f"{name} must be >= 0 seconds")
         if not self.max_observation_age_s > 0:
             raise InvalidPolicy("max_observation_age_s must be > 0")
+        if self.startup_s < 0:
+            raise InvalidPolicy("replicaStartup must be >= 0 seconds")
+        if not 0 < self.attainment <= 1:
+            raise InvalidPolicy("slo.attainment must be in (0, 1]")
 
     def clamp(self, replicas: int) -> int:
         """`replicas` forced into [min_replicas, max_replicas]."""

@@ -1,10 +1,15 @@
-"""An LLMService's spec turned into an AutoscalePolicy and the evaluation interval."""
+"""An LLMService turned into an AutoscalePolicy, the evaluation interval, and one replica as
+the step model prices it."""
 
 from __future__ import annotations
 
-from tokenpilot.api.llmservice import LLMServiceSpec
+from tokenpilot.api.llmservice import LLMServiceSpec, TuningStatus
+from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.durations import parse_duration_s
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.steptime import step_time_model
 
 # An observation older than this many intervals is stale.
 STALE_AFTER_INTERVALS = 3
@@ -15,7 +20,28 @@ def evaluation_interval_s(spec: LLMServiceSpec) -> float:
     return parse_duration_s(spec.autoscaling.interval, "spec.autoscaling.interval")
 
 
-def policy_from_spec(spec: LLMServiceSpec) -> AutoscalePolicy:
+def replica_model(spec: LLMServiceSpec, tuning: TuningStatus, profile: GPUProfile) -> ReplicaModel:
+    """One replica of this service as it runs: the GPU's step model at the budget and
+    max_num_seqs in status.tuning, the KV cache the capacity planner finds, the spec's SLOs.
+    Raises the planner's errors (InvalidSpec, Infeasible) when the spec cannot run."""
+    engine = spec.engine
+    shape = spec.model.shape.resolve()
+    tp = engine.tensor_parallel_size
+    capacity = plan_capacity(
+        profile, shape, tp, engine.gpu_memory_utilization, engine.max_model_len
+    )
+    slo = spec.slo
+    return ReplicaModel(
+        pricer=step_time_model(profile, shape, tp),
+        token_budget=tuning.max_num_batched_tokens,
+        max_num_seqs=tuning.max_num_seqs,
+        num_kv_tokens=capacity.num_kv_blocks * capacity.block_size,
+        itl_slo_s=None if slo.itl_p99 is None else parse_duration_s(slo.itl_p99, "slo.itlP99"),
+        ttft_slo_s=None if slo.ttft_p99 is None else parse_duration_s(slo.ttft_p99, "slo.ttftP99"),
+    )
+
+
+def policy_from_spec(spec: LLMServiceSpec, model: ReplicaModel | None = None) -> AutoscalePolicy:
     """The policy the operator evaluates for this spec; InvalidSpec if it cannot be built.
 
     The API sets bounds, the queue target, both windows and the interval; the SLOs come from
@@ -46,5 +72,7 @@ def policy_from_spec(spec: LLMServiceSpec) -> AutoscalePolicy:
         max_observation_age_s=max(
             defaults.max_observation_age_s, STALE_AFTER_INTERVALS * interval_s
         ),
+        attainment=slo.attainment,
+        replica_model=model,
     )
     return policy

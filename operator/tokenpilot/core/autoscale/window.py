@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenpilot.core.autoscale.observation import LatencyQuantile, Observation
+from tokenpilot.core.autoscale.observation import LatencyQuantile, Load, Observation
 from tokenpilot.core.histogram import Bucket, add, quantile, window_delta
 
 P99 = 0.99
@@ -29,9 +29,56 @@ class EngineSample:
     kv_cache_usage: float | None
     itl_buckets: tuple[Bucket, ...] | None
     ttft_buckets: tuple[Bucket, ...] | None
+    # vLLM's counters (their `_total` samples), None where the page has none.
+    prompt_tokens_total: float | None = None
+    cached_prompt_tokens_total: float | None = None
+    output_tokens_total: float | None = None
+    requests_total: float | None = None
 
 
 Ring = tuple[EngineSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodScrapes:
+    """What the direct source read at `at_s`: a sample per pod that answered, and why the
+    others did not (one sentence each). `num_pods_expected` counts the Ready pods it tried."""
+
+    at_s: float
+    samples: Mapping[str, EngineSample]
+    num_pods_expected: int
+    problems: tuple[str, ...] = ()
+
+
+def observe_scrapes(
+    rings: Mapping[str, Ring],
+    scrapes: PodScrapes,
+    *,
+    desired_replicas: int,
+    ready_replicas: int,
+    window_s: float,
+) -> tuple[dict[str, Ring], Observation]:
+    """The rings with this evaluation's scrapes pushed on, and the Observation they give.
+
+    A pod that did not answer keeps its ring while the Ready set still has room for it (it may
+    answer next time); a pod that left the Ready set drops its ring.
+    """
+    kept = {
+        name: push(rings.get(name, ()), sample, window_s)
+        for name, sample in scrapes.samples.items()
+    }
+    for name, ring in rings.items():
+        if name not in kept and len(kept) < scrapes.num_pods_expected:
+            kept[name] = ring
+    observation = observe_rings(
+        {name: kept[name] for name in scrapes.samples},
+        observed_at_s=scrapes.at_s,
+        desired_replicas=desired_replicas,
+        ready_replicas=ready_replicas,
+        num_pods_expected=scrapes.num_pods_expected,
+        problems=scrapes.problems,
+    )
+    return kept, observation
 
 
 def push(ring: Ring, sample: EngineSample, window_s: float) -> Ring:
@@ -68,6 +115,39 @@ def _latency(rings: Sequence[Ring], field: str) -> tuple[LatencyQuantile | None,
     ), window_s
 
 
+def _load(rings: Sequence[Ring]) -> Load | None:
+    """The counters' increase between each pod's last two readings, summed over the pods.
+
+    A counter that went down (the engine restarted) counts from zero, as PromQL's increase()
+    does; the interval is the longest of the pods' (they are read together)."""
+    totals = [0.0, 0.0, 0.0, 0.0]
+    interval_s = 0.0
+    counted = False
+    for ring in rings:
+        if len(ring) < 2 or ring[-1].prompt_tokens_total is None:
+            continue
+        before, after = ring[-2], ring[-1]
+        for index, field in enumerate(_COUNTERS):
+            now, then = getattr(after, field), getattr(before, field)
+            if now is None:
+                continue
+            totals[index] += now if then is None or now < then else now - then
+        interval_s = max(interval_s, after.at_s - before.at_s)
+        counted = True
+    if not counted or interval_s <= 0:
+        return None
+    prompt, cached, output, requests = totals
+    return Load(interval_s, prompt, cached, output, requests)
+
+
+_COUNTERS = (
+    "prompt_tokens_total",
+    "cached_prompt_tokens_total",
+    "output_tokens_total",
+    "requests_total",
+)
+
+
 def _sum(values: Sequence[float | None]) -> float | None:
     if not values or any(v is None for v in values):
         return None
@@ -93,6 +173,7 @@ def observe_rings(
     latest = [ring[-1] for ring in fresh]
     itl, itl_window_s = _latency(fresh, "itl_buckets")
     ttft, ttft_window_s = _latency(fresh, "ttft_buckets")
+    awaiting = bool(fresh) and all(len(ring) < 2 for ring in fresh)
     if fresh and itl is None:
         notes.append("P99 ITL needs two scrapes of a pod; only one so far")
     kv = [s.kv_cache_usage for s in latest if s.kv_cache_usage is not None]
@@ -109,4 +190,6 @@ def observe_rings(
         kv_cache_usage=max(kv) if kv else None,
         window_s=max(itl_window_s, ttft_window_s),
         problems=tuple(notes),
+        load=_load(fresh),
+        awaiting_second_scrape=awaiting,
     )

@@ -1,0 +1,334 @@
+"""Soak: 1,000 LLMServices with autoscaling on, for 30 minutes, on a dev cluster of its own.
+
+The engines are kwok's fake pods (an image the pod runner does not map), one per service on 130
+fake 8-GPU H100 nodes; their /metrics are simulated as bench/autoscale_round.py does: a few
+local processes bind every engine pod's IP (a loopback address) on port 8000 and answer full
+vLLM pages whose counters and histograms grow from one scrape to the next. The operator runs as
+its own process (`tokenpilot run`, one replica with leader election, so the audit log names it),
+scraping every engine each 5 s interval, exactly as deployed.
+
+Every 2 s the soak edits one random service's token budget and times the edit until the
+Deployment carries the new flag (reconcile latency, the operator's whole path: watch, plan,
+apply). It reports:
+
+- the operator's RSS after every service first turned Ready and at the end (growth < 10 %);
+- reconcile latency p50/p99/max;
+- the autoscaler's cadence: decisions per service per 5 s interval, from the operator's
+  /metrics (tokenpilot_decisions), and its evaluation duration;
+- API requests per second: all clients (apiserver_request_total), and the operator's writes
+  (the audit log, by user agent).
+
+    python bench/soak.py                    # 1,000 services, 30 minutes
+    python bench/soak.py --services 50 --minutes 2     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from autoscale_round import render_pages
+from tokenpilot.adapters.kube import KubeClient, connect
+from tokenpilot.adapters.kube.apply import apply
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
+from tokenpilot.adapters.metrics import parse_metrics
+from tokenpilot.api.crd import crd
+from tokenpilot_lab.devcluster import audit, cluster
+
+NAMESPACE = "soak"
+IDENTITY = "soak-operator"
+IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the pod
+WORKERS = 4
+NODE_POOLS = {  # 130 nodes in two pools (a pool holds at most 100)
+    "pools": [
+        {
+            "name": name,
+            "count": 65,
+            "cpu": "96",
+            "memoryGiB": 1024,
+            "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8, "memoryMiB": 81559},
+        }
+        for name in ("h100a", "h100b")
+    ]
+}
+
+
+def engines(conn: Connection, pages: list[bytes]) -> None:
+    """Child process: serves /metrics on every pod IP it is sent, until killed."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        served: dict[str, int] = {}
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            ip = writer.get_extra_info("sockname")[0]
+            try:
+                while True:
+                    line = await reader.readline()
+                    if not line:
+                        break
+                    while (await reader.readline()).strip():
+                        pass
+                    body = pages[served.get(ip, 0) % len(pages)]
+                    served[ip] = served.get(ip, 0) + 1
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+                    await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+        while True:
+            ip = await loop.run_in_executor(None, conn.recv)
+            try:
+                await asyncio.start_server(handle, ip, 8000)
+            except OSError as exc:
+                print(f"cannot bind {ip}:8000: {exc}", file=sys.stderr)
+
+    asyncio.run(main())
+
+
+def service(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.tokenpilot.dev/v1alpha1",
+        "kind": "LLMService",
+        "metadata": {"name": f"svc-{index:04d}", "namespace": NAMESPACE},
+        "spec": {
+            "model": {
+                "name": "llama",
+                "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                "shape": {"preset": "llama-3.1-8b"},
+            },
+            "engine": {"image": IMAGE},
+            "accelerator": {"sku": "auto"},
+            "batching": {"maxNumBatchedTokens": 1024, "maxNumSeqs": 64},
+            "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 1},
+            "replicas": 1,
+        },
+    }
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def requests_total(client: KubeClient) -> float:
+    text = client.text("/metrics")
+    return sum(
+        s.value for s in parse_metrics(text).series("apiserver_request_total")
+    )  # every verb, resource and client
+
+
+def decisions(metrics_url: str) -> float:
+    page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
+    return sum(s.value for s in page.series("tokenpilot_decisions_total"))
+
+
+def evaluation_p99_s(metrics_url: str) -> float | None:
+    page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
+    buckets: dict[float, float] = {}
+    for s in page.series("tokenpilot_evaluation_duration_seconds_bucket"):
+        edge = float(s.labels["le"])
+        buckets[edge] = buckets.get(edge, 0.0) + s.value
+    if not buckets:
+        return None
+    total = buckets[max(buckets)]
+    return next(edge for edge in sorted(buckets) if buckets[edge] >= 0.99 * total)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="tokenpilot-soak-"))
+    pools = work / "nodepools.yaml"
+    pools.write_text(yaml.safe_dump(NODE_POOLS))
+    state_dir = work / "cluster"
+    print(f"dev cluster in {state_dir}", flush=True)
+    st = cluster.up(cluster.UpOptions(name="soak", state_dir=state_dir, node_pools=pools))
+    operator: subprocess.Popen[bytes] | None = None
+    children: list[multiprocessing.Process] = []
+    try:
+        client = connect(st.kubeconfig)
+        apply(client, crd())
+        time.sleep(3)
+        client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
+
+        pages = render_pages(30, seed=1)
+        pipes = []
+        for _ in range(WORKERS):
+            parent, child = multiprocessing.Pipe()
+            proc = multiprocessing.Process(target=engines, args=(child, pages), daemon=True)
+            proc.start()
+            children.append(proc)
+            pipes.append(parent)
+
+        metrics_port = 19100 + os.getpid() % 500
+        log = work / "operator.log"
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "tokenpilot.cli", "run", "--kubeconfig", st.kubeconfig,
+             "--namespace", NAMESPACE, "--metrics-port", str(metrics_port),
+             "--metrics-address", "127.0.0.1",
+             "--leader-election-lease", f"{NAMESPACE}/tokenpilot",
+             "--leader-election-identity", IDENTITY],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+        created = time.monotonic()
+        for index in range(args.services):
+            client.request("POST", LLMSERVICES.path(NAMESPACE), body=service(index))
+        print(f"{args.services} services created in {time.monotonic() - created:.0f} s", flush=True)
+
+        bound: set[str] = set()
+
+        def bind_new_pods() -> int:
+            pods = client.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            for pod in pods:
+                ip = (pod.get("status") or {}).get("podIP")
+                if ip and ip not in bound:
+                    pipes[len(bound) % WORKERS].send(ip)
+                    bound.add(ip)
+            return len(pods)
+
+        def all_ready() -> int:
+            items = client.request("GET", LLMSERVICES.path(NAMESPACE))["items"]
+            return sum((i.get("status") or {}).get("phase") == "Ready" for i in items)
+
+        while True:
+            bind_new_pods()
+            ready = all_ready()
+            if ready == args.services:
+                break
+            print(f"  {ready}/{args.services} Ready", flush=True)
+            time.sleep(10)
+        all_ready_s = time.monotonic() - created
+        print(f"all {args.services} Ready after {all_ready_s:.0f} s", flush=True)
+
+        rss_start = rss_mib(operator.pid)
+        requests_start = requests_total(client)
+        decisions_start = decisions(metrics_url)
+        soak_start = time.monotonic()
+        started_wall = time.time()
+
+        latencies: list[float] = []
+        rng = random.Random(7)
+        deadline = soak_start + args.minutes * 60
+        stopping = threading.Event()
+
+        def rebind() -> None:
+            while not stopping.wait(15):
+                bind_new_pods()
+
+        threading.Thread(target=rebind, daemon=True).start()
+        budget = 1024
+        while time.monotonic() < deadline:
+            name = f"svc-{rng.randrange(args.services):04d}"
+            budget = 2048 if budget == 1024 else 1024
+            sent = time.monotonic()
+            client.request(
+                "PATCH", LLMSERVICES.path(NAMESPACE, name),
+                body={"spec": {"batching": {"maxNumBatchedTokens": budget}}},
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            while time.monotonic() - sent < 60:
+                args_ = DEPLOYMENTS.path(NAMESPACE, name)
+                container = client.request("GET", args_)["spec"]["template"]["spec"]
+                flags = container["containers"][0]["args"]
+                if flags[flags.index("--max-num-batched-tokens") + 1] == str(budget):
+                    break
+                time.sleep(0.05)
+            latencies.append(time.monotonic() - sent)
+            time.sleep(max(0.0, 2.0 - (time.monotonic() - sent)))
+            if len(latencies) % 150 == 0:
+                print(
+                    f"  {(time.monotonic() - soak_start) / 60:.1f} min: RSS "
+                    f"{rss_mib(operator.pid):.0f} MiB, reconcile p99 so far "
+                    f"{statistics.quantiles(latencies, n=100, method='inclusive')[98]:.2f} s",
+                    flush=True,
+                )
+        stopping.set()
+        elapsed = time.monotonic() - soak_start
+        rss_end = rss_mib(operator.pid)
+        requests_rate = (requests_total(client) - requests_start) / elapsed
+        decided = decisions(metrics_url) - decisions_start
+        writes = [
+            w
+            for w in audit.read(state_dir)
+            if w.user_agent == f"tokenpilot/{IDENTITY}" and w.received.timestamp() >= started_wall
+        ]
+        figures = {
+            "services": args.services,
+            "minutes": round(elapsed / 60, 1),
+            "all_ready_s": round(all_ready_s, 1),
+            "operator_rss_start_mib": round(rss_start, 1),
+            "operator_rss_end_mib": round(rss_end, 1),
+            "rss_growth_pct": round(100 * (rss_end - rss_start) / rss_start, 1),
+            "reconcile_edits": len(latencies),
+            "reconcile_p50_s": round(statistics.median(latencies), 2),
+            "reconcile_p99_s": round(
+                statistics.quantiles(latencies, n=100, method="inclusive")[98], 2
+            ),
+            "reconcile_max_s": round(max(latencies), 2),
+            "decisions_per_service_per_interval": round(
+                decided / args.services / (elapsed / 5.0), 3
+            ),
+            "mean_evaluation_cadence_s": round(args.services * elapsed / max(decided, 1), 2),
+            "evaluation_p99_s": evaluation_p99_s(metrics_url),
+            "api_requests_per_s_all_clients": round(requests_rate, 1),
+            "operator_writes_per_s": round(len(writes) / elapsed, 2),
+            "operator_writes_by_kind": {
+                what: n for _w, what, n in audit.table(writes, {f"tokenpilot/{IDENTITY}": "op"})
+            },
+            "operator_alive": operator.poll() is None,
+            "tracebacks_in_operator_log": log.read_text(errors="replace").count("Traceback"),
+            "evaluations_over_their_time_limit": log.read_text(errors="replace").count(
+                "evaluation took over"
+            ),
+        }
+        print(json.dumps(figures, indent=2), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    finally:
+        if operator is not None and operator.poll() is None:
+            operator.send_signal(signal.SIGTERM)
+            try:
+                operator.wait(30)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+        for proc in children:
+            proc.kill()
+        cluster.down(state_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""What one replica can serve within the SLOs, from the step model: the replicas a demand needs.
+
+A replica runs steps of `t` seconds, each carrying `n` decodes and `k` prefill tokens. In a
+steady state it produces `D` output tokens and prefills `P` prompt tokens per second, so
+n = D * t and k = P * t, and t is the step model's price of that step:
+
+    t = iteration_s(D * t decodes at the mean context, a chunk of P * t prompt tokens)
+
+solved by fixed-point iteration from the bare step (the weight read and the overhead). The
+iteration converges while the replica keeps up and runs away when it cannot. Whatever form the
+step model has (additive or roofline), only `iteration_s` is asked.
+
+A demand per replica is servable when:
+1. **It keeps up**: the fixed point exists, n <= max_num_seqs, n + k <= the token budget, and
+   the decodes' context fits the KV cache.
+2. **ITL**: a step that carries the decodes beside a whole prefill chunk (budget - n tokens),
+   which every request meets while prompts are being prefilled (a request's P99 gap over up to
+   100 gaps is its longest), lasts at most the ITL SLO. When even one decode beside a whole
+   chunk exceeds it (vLLM's default budget on most GPUs), the budget, not the fleet, breaks the
+   ITL, and the model leaves ITL to the feedback signals.
+3. **TTFT**: prefilling is a server of rate mu = (budget - n) / t_full prompt tokens per second
+   shared by the prompts in flight; under processor sharing a prompt of x tokens takes
+   x / (mu * (1 - rho)) at utilization rho = P / mu. So rho <= 1 - x_tail / (mu * TTFT) keeps
+   the tail prompt inside the TTFT SLO; where the tail prompt cannot make it even alone, rho is
+   held to RHO_FLOOR (a prompt waits on average as long as its own prefill).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tokenpilot.core.roofline import PrefillChunk
+
+# The utilization of the prefill server where the tail prompt cannot meet the TTFT even alone:
+# under processor sharing a prompt then takes twice its own prefill time.
+RHO_FLOOR = 0.5
+# Share of the KV cache the decodes may fill: vLLM preempts when it runs out, and a chunk's
+# blocks need room too.
+KV_HEADROOM = 0.9
+_MAX_ITERATIONS = 60
+# A step longer than this many ITL SLOs means the replica cannot keep up (the fixed point runs
+# away): no need to iterate further.
+_RUNAWAY = 50.0
+
+
+class StepPricer(Protocol):
+    """What the capacity model asks of a step-time model (`core.steptime`)."""
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Load on the whole service, per second: prompt tokens to prefill (prefix-cache hits
+    excluded), output tokens to decode, and the request mix they come with."""
+
+    prompt_tokens_per_s: float
+    output_tokens_per_s: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    tail_prompt_tokens: float
+
+    def scaled(self, factor: float) -> Demand:
+        return Demand(
+            self.prompt_tokens_per_s * factor,
+            self.output_tokens_per_s * factor,
+            self.mean_prompt_tokens,
+            self.mean_output_tokens,
+            self.tail_prompt_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether one replica serves a share of the demand, with the figures and, if not, why."""
+
+    ok: bool
+    step_s: float
+    num_decodes: float
+    prefill_utilization: float
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaModel:
+    """One replica at its token budget and SLOs, priced by the step model."""
+
+    pricer: StepPricer
+    token_budget: int
+    max_num_seqs: int
+    num_kv_tokens: int
+    itl_slo_s: float | None
+    ttft_slo_s: float | None
+
+    def serves(self, demand: Demand) -> Verdict:
+        """Whether one replica serves `demand` (already its share) within the SLOs."""
+        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
+        chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
+        limit_s = _RUNAWAY * (self.itl_slo_s or 0.05)
+        t = self.pricer.iteration_s(0, 0)
+        for _ in range(_MAX_ITERATIONS):
+            n, k = d * t, p * t
+            if n + k > self.token_budget or t > limit_s:
+                return Verdict(False, t, n, math.inf, "cannot keep up: the budget is full")
+            nxt = self.pricer.iteration_s(
+                math.ceil(n),
+                math.ceil(n * context),
+                (PrefillChunk(math.ceil(k), round(chunk_context)),) if k > 0 else (),
+            )
+            if abs(nxt - t) <= 1e-6 * t:
+                t = nxt
+                break
+            t = nxt
+        n = d * t
+        if n > self.max_num_seqs:
+            return Verdict(False, t, n, math.inf, f"{n:.0f} decodes exceed max_num_seqs")
+        if n * context > KV_HEADROOM * self.num_kv_tokens:
+            return Verdict(False, t, n, math.inf, "the decodes' context would fill the KV cache")
+        room = max(1, self.token_budget - math.ceil(n))
+        full_s = self.pricer.iteration_s(
+            math.ceil(n), math.ceil(n * context), (PrefillChunk(room, round(chunk_context)),)
+        )
+        rho = p * full_s / room
+        if self.itl_slo_s is not None and p > 0 and full_s > self.itl_slo_s:
+            if self._chunk_alone_breaks_itl():
+                pass  # the budget breaks the ITL at any fleet size: left to the feedback
+            else:
+                return Verdict(
+                    False, t, n, rho, f"a step with a whole chunk takes {full_s * 1e3:.0f} ms"
+                )
+        if rho > self._rho_max(full_s, room, demand):
+            return Verdict(False, t, n, rho, f"prefill {rho:.0%} busy")
+        return Verdict(True, t, n, rho)
+
+    def _chunk_alone_breaks_itl(self) -> bool:
+        assert self.itl_slo_s is not None
+        step_s = self.pricer.iteration_s(1, 1, (PrefillChunk(self.token_budget - 1, 0),))
+        return step_s > self.itl_slo_s
+
+    def _rho_max(self, full_s: float, room: int, demand: Demand) -> float:
+        if self.ttft_slo_s is None:
+            return 1.0
+        own_s = demand.tail_prompt_tokens * full_s / room
+        return max(RHO_FLOOR, 1.0 - own_s / self.ttft_slo_s)
+
+    def replicas_needed(self, demand: Demand, max_replicas: int) -> tuple[int, Verdict]:
+        """The fewest replicas (at most `max_replicas`) whose equal shares of `demand` each
+        replica serves; `max_replicas` with the failing verdict if none does."""
+        if demand.prompt_tokens_per_s <= 0 and demand.output_tokens_per_s <= 0:
+            return 1, Verdict(True, 0.0, 0.0, 0.0)
+        low, high = 0, 1
+        verdict = self.serves(demand)
+        while not verdict.ok and high < max_replicas:
+            low, high = high, min(max_replicas, high * 2)
+            verdict = self.serves(demand.scaled(1.0 / high))
+        if not verdict.ok:
+            return max_replicas, verdict
+        while high - low > 1:
+            mid = (low + high) // 2
+            trial = self.serves(demand.scaled(1.0 / mid))
+            if trial.ok:
+                high, verdict = mid, trial
+            else:
+                low = mid
+        return high, verdict

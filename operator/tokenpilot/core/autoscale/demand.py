@@ -1,0 +1,161 @@
+"""The demand to size for: the load of the recent past and its trend, over the startup horizon.
+
+Each evaluation adds one point, the engines' counters over the interval since the previous one
+(prompt tokens to prefill, output tokens, requests). From the points of the last `memory_s`
+(the scale-down window, and long enough to hold a burst as rare as the attainment target
+allows) `forecast` derives the demand a fleet asked for now must serve:
+
+- **Busy intervals, weighted by requests.** Arrivals come in bursts shorter than any startup,
+  so the fleet must already hold what a busy interval needs. Intervals are sorted by their
+  prompt rate and weighted by the requests in them; the rate at which the weight reaches the
+  attainment target is the one to keep up with (at 99 %, the interval holding the busiest 1 % of
+  requests may be left to queue). The output rate is taken the same way.
+- **Trend.** A least-squares slope of the rates over the last `horizon_s` (the startup time),
+  positive part only, times the horizon: the growth that will have arrived by the time a
+  replica asked for now is Ready. A falling trend never lowers the forecast: a replica removed
+  too early costs a whole startup to bring back.
+- **Mix.** Mean prompt and output per request from the counters' totals over the lookback.
+- **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
+  demand they have not seen, counted at the mean prompt as a rate that clears them within the
+  TTFT SLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenpilot.core.autoscale.capacity import Demand
+
+# A request's prompt at the tail of the mix, as a multiple of the mean: the P99 over the mean
+# of a log-normal with sigma 0.8, a common fit for chat and code prompts. The engines' counters
+# give the mean; the tail sets how busy prefill may be (core.autoscale.capacity).
+TAIL_PROMPT_FACTOR = 4.0
+# The longest the forecast remembers (an attainment of 1 would otherwise remember forever):
+# past an hour the load follows the day's pattern, which the trend term tracks, not a burst.
+MAX_MEMORY_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """One interval's load on the whole service."""
+
+    at_s: float
+    interval_s: float
+    prompt_tokens: float  # to prefill: prefix-cache hits excluded
+    output_tokens: float
+    requests: float
+    waiting: float = 0.0  # requests waiting at the end of the interval, on the whole service
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.interval_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.interval_s
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The demand to size for, with the figures behind it."""
+
+    demand: Demand
+    level: Demand
+    growth_prompt_tokens_per_s: float
+    num_points: int
+    span_s: float
+
+
+def memory_s(
+    *, scale_down_window_s: float, startup_s: float, interval_s: float, attainment: float
+) -> float:
+    """How long the forecast remembers load: the scale-down window and the startup horizon,
+    and at least 1 / (1 - attainment) evaluation intervals (500 s at 99 % and 5 s), at most
+    `MAX_MEMORY_S`.
+
+    The attainment target lets (1 - attainment) of the requests miss. A burst that comes once
+    in fewer intervals than 1 / (1 - attainment), with at least its share of the requests, is
+    load the target says to serve; a window shorter than that forgets it between two of its
+    recurrences, shrinks the fleet, and meets the next one on a cold start."""
+    tail = interval_s / (1.0 - attainment) if attainment < 1.0 else MAX_MEMORY_S
+    return max(scale_down_window_s, startup_s, min(tail, MAX_MEMORY_S))
+
+
+def remember(
+    points: Sequence[LoadPoint], point: LoadPoint, lookback_s: float
+) -> tuple[LoadPoint, ...]:
+    """`points` plus `point`, without those older than the lookback."""
+    start_s = point.at_s - lookback_s
+    return (*(p for p in points if p.at_s > start_s), point)
+
+
+def forecast(
+    points: Sequence[LoadPoint], *, horizon_s: float, attainment: float, backlog_s: float
+) -> Forecast | None:
+    """The demand over the next `horizon_s`, or None before any load was counted.
+
+    The counters count a prompt when it has been prefilled, so in a backlog they show what the
+    fleet served, not what arrived. Each interval's prompt rate therefore adds the requests
+    still waiting at its end, at the mean prompt, cleared within `backlog_s` (the TTFT SLO):
+    the rate that would have served the interval and its queue in time."""
+    if not points:
+        return None
+    requests = sum(p.requests for p in points)
+    prompt = sum(p.prompt_tokens for p in points)
+    output = sum(p.output_tokens for p in points)
+    span_s = sum(p.interval_s for p in points)
+    if requests <= 0 or span_s <= 0:
+        return None
+    mean_prompt, mean_output = prompt / requests, output / requests
+    now_s = points[-1].at_s
+    recent = [p for p in points if p.at_s > now_s - horizon_s]
+    growth_p = max(0.0, _slope([(p.at_s, p.prompt_tokens_per_s) for p in recent])) * horizon_s
+    growth_d = max(0.0, _slope([(p.at_s, p.output_tokens_per_s) for p in recent])) * horizon_s
+    queued = mean_prompt / max(backlog_s, 1e-3)
+    busy_p = _weighted_quantile(
+        [(p.prompt_tokens_per_s + p.waiting * queued, p.requests + p.waiting) for p in points],
+        attainment,
+    )
+    busy_d = _weighted_quantile(
+        [(p.output_tokens_per_s, p.requests + p.waiting) for p in points], attainment
+    )
+
+    def demand(prompt_per_s: float, output_per_s: float) -> Demand:
+        return Demand(
+            prompt_per_s, output_per_s, mean_prompt, mean_output, TAIL_PROMPT_FACTOR * mean_prompt
+        )
+
+    return Forecast(
+        demand=demand(busy_p + growth_p, busy_d + growth_d),
+        level=demand(prompt / span_s, output / span_s),
+        growth_prompt_tokens_per_s=growth_p,
+        num_points=len(points),
+        span_s=span_s,
+    )
+
+
+def _weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
+    """The smallest value whose share of the total weight at or below it reaches q."""
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return max((v for v, _ in pairs), default=0.0)
+    running = 0.0
+    for value, weight in sorted(pairs):
+        running += weight
+        if running >= q * total - 1e-9:
+            return value
+    return max(v for v, _ in pairs)
+
+
+def _slope(series: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of y over t; 0 with fewer than three points."""
+    if len(series) < 3:
+        return 0.0
+    n = len(series)
+    mean_t = sum(t for t, _ in series) / n
+    mean_y = sum(y for _, y in series) / n
+    var_t = sum((t - mean_t) ** 2 for t, _ in series)
+    if var_t <= 0:
+        return 0.0
+    return sum((t - mean_t) * (y - mean_y) for t, y in series) / var_t
