@@ -81,7 +81,6 @@ class OperatorConfig:
     calibration_args: tuple[str, ...] = ()
 
 
-
 def _bindable(host: str, port: int, *, port_option: str, host_option: str) -> None:
     """StartupError unless a server could listen on (host, port) right now; the options are
     how the user gave the port and the address (both can be the same option, a URL)."""
