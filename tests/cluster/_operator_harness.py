@@ -46,7 +46,11 @@ def install_crd(client: KubeClient) -> None:
 
 @contextmanager
 def operator_thread(
-    kubeconfig: Path, namespace: str, resync_s: float = 2.0, profiles_configmap: str | None = None
+    kubeconfig: Path,
+    namespace: str,
+    resync_s: float = 2.0,
+    profiles_configmap: str | None = None,
+    calibration_args: tuple[str, ...] = (),
 ) -> Iterator[None]:
     """The operator, in this process, watching one namespace; stopped on exit."""
     stop, ready = threading.Event(), threading.Event()
@@ -55,6 +59,7 @@ def operator_thread(
         namespaces=(namespace,),
         resync_interval_s=resync_s,
         gpu_profiles_configmap=profiles_configmap,
+        calibration_args=calibration_args,
     )
     errors: list[BaseException] = []
 

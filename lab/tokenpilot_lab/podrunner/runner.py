@@ -115,6 +115,9 @@ class Workload:
     failures: int = 0
     ready: bool = False
     start_error: str | None = None
+    # Where the local process writes its termination message (its terminationMessagePath,
+    # rewritten in its args: a local process cannot write /dev/termination-log).
+    termination_file: Path | None = None
     # The image cannot be pulled (the image map says so): the error, and the attempts so far.
     pull_error: str | None = None
     num_pull_attempts: int = 0
@@ -208,6 +211,19 @@ def _container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, 
                 var.get("name"),
             )
     return env
+
+
+# A kubelet's default terminationMessagePath, and the most of it it reports.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_MAX_BYTES = 4096
+
+
+def _termination_message(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    with path.open("rb") as f:
+        data = f.read(TERMINATION_MESSAGE_MAX_BYTES)
+    return data.decode(errors="replace") or None
 
 
 def _falls_back_to_logs(container: dict[str, Any]) -> bool:
@@ -344,6 +360,9 @@ class PodRunner:
                 container_run = ContainerStart(pod, container, rule, command or None, args)
                 argv = []  # made at each start: it carries that start's credentials and hosts
         name = f"{meta['namespace']}_{meta['name']}_{container['name']}"
+        termination_path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
+        termination_file = self.work_dir / f"{name}.termination-log"
+        argv = [str(termination_file) if a == termination_path else a for a in argv]
         return Workload(
             namespace=meta["namespace"],
             pod=meta["name"],
@@ -362,6 +381,7 @@ class PodRunner:
             credentials_for=pod if credentials.wants_token(pod) else None,
             container_run=container_run,
             restart_policy=str(pod["spec"].get("restartPolicy") or "Always"),
+            termination_file=termination_file if container_run is None else None,
         )
 
     def _start(self, w: Workload, now_mono: float) -> None:
@@ -401,6 +421,8 @@ class PodRunner:
             env.update(w.env)
             env.update(sourced)
             w.container_name = None
+            if w.termination_file is not None:
+                w.termination_file.unlink(missing_ok=True)  # a message is of its own start
         else:
             try:
                 w.argv = self._container_argv(w, workdir, pod_credentials, {**w.env, **sourced})
@@ -516,8 +538,10 @@ class PodRunner:
             # A signal is reported as a container runtime does: 128 + its number.
             w.last_exit_code = 128 - code if code < 0 else code
             w.last_reason = "OOMKilled" if w.oom_killed else None
-            w.last_message = None
-            if w.last_exit_code != 0 and _falls_back_to_logs(w.spec):
+            # As a kubelet: what the process wrote to its terminationMessagePath, else (when
+            # its policy says so and it failed) the tail of its log.
+            w.last_message = _termination_message(w.termination_file)
+            if w.last_message is None and w.last_exit_code != 0 and _falls_back_to_logs(w.spec):
                 w.last_message = kubelet.termination_message(w.log_path, w.log_offset) or None
             w.last_finished_at = _now_rfc3339()
             self._save_children()

@@ -370,6 +370,13 @@ SEQS_WITHIN_BUDGET = CelRule(
 )
 
 
+class CalibrationMode(StrEnum):
+    """Whether the operator measures the GPU's step times before tuning (docs/calibration.md)."""
+
+    Auto = "Auto"  # on a SKU with no measured profile, calibrate once, then tune on the result
+    Off = "Off"  # tune on the profile there is (datasheet or measured)
+
+
 class BatchingSpec(ApiModel):
     """Continuous batching: chunked prefill and the per-step token budget."""
 
@@ -387,6 +394,11 @@ class BatchingSpec(ApiModel):
     )
     profile: BatchingProfile = Field(
         DEFAULT_BATCHING_PROFILE, description="interactive | balanced | throughput."
+    )
+    calibration: CalibrationMode = Field(
+        CalibrationMode.Off,
+        description="Auto: on a SKU without a measured profile, run `tokenpilot calibrate` "
+        "against the engine once and tune on the measured profile; Off: never.",
     )
 
     model_config = ConfigDict(json_schema_extra=_cel(SEQS_WITHIN_BUDGET))
@@ -677,6 +689,19 @@ class AutoscalingStatus(ApiModel):
     last_decision_time: str = Field(description="When (RFC 3339).")
 
 
+class CalibrationStatus(ApiModel):
+    """The last calibration of this service's GPU (written by the calibration writer only)."""
+
+    state: str = Field(description="Running, Succeeded or Failed.")
+    job: str | None = Field(None, description="The calibration Job.")
+    profile: str | None = Field(None, description="The measured profile it produced or reused.")
+    key: str = Field(description="What was calibrated: SKU, model and engine image.")
+    request: str | None = Field(
+        None, description="The recalibrate annotation's value this calibration answered."
+    )
+    message: str = Field(description="What happened, in words.")
+
+
 class LLMServiceStatus(ApiModel):
     """What the operator observed."""
 
@@ -693,6 +718,7 @@ class LLMServiceStatus(ApiModel):
     )
     tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Last autoscaling decision.")
+    calibration: CalibrationStatus | None = Field(None, description="The last calibration.")
 
 
 class ObjectMeta(ApiModel):

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tokenpilot.adapters.calibration import (
     EngineInfo,
@@ -31,6 +33,7 @@ from tokenpilot.adapters.interference import ProbeError
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.commands.plan import _shape as read_model_shape
+from tokenpilot.core.calibration.cluster import RESULT_MAX_BYTES, encode_result
 from tokenpilot.core.calibration.derive import (
     DEFAULT_MAX_ERROR,
     Datasheet,
@@ -92,9 +95,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the engine runs this many times faster than real time (a simulator)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--result-file",
+        type=Path,
+        help="also write the profile, gzipped in base64, here (a Job's termination message)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.result_file is None:
+        return _run(args)
+    # In a Job the result file is the termination message: on failure it carries the reason
+    # (the last lines of stderr), so the operator can name it without reading logs.
+    errors = _Tee(sys.stderr)
+    with contextlib.redirect_stderr(errors):
+        code = _run(args)
+    if code != 0:
+        with contextlib.suppress(OSError):
+            args.result_file.write_text(errors.tail(RESULT_MAX_BYTES), encoding="utf-8")
+    return code
+
+
+class _Tee(io.StringIO):
+    """Writes through to `stream` and keeps a copy."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(text)
+        return super().write(text)
+
+    def tail(self, max_bytes: int) -> str:
+        return self.getvalue().strip()[-max_bytes // 4 :]
+
+
+def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     url = args.endpoint.rstrip("/")
     try:
@@ -166,7 +203,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"tokenpilot calibrate: refused: {error}", file=sys.stderr)
         return EXIT_REFUSED
     out = args.out or Path(f"{identity.gpu_name.lower()}.yaml")
-    out.write_text(profile_yaml(profile), encoding="utf-8")
+    text = profile_yaml(profile)
+    out.write_text(text, encoding="utf-8")
+    if args.result_file is not None:
+        try:
+            args.result_file.write_text(encode_result(text), encoding="utf-8")
+        except (OSError, ValueError) as error:
+            print(f"tokenpilot calibrate: --result-file: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if args.json:
         print(json.dumps(_as_json(profile, out), indent=2))
     else:

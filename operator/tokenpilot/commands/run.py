@@ -63,6 +63,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAMESPACE/NAME",
         help="a ConfigMap of GPU profiles (one <sku>.yaml per key) that override the built-ins",
     )
+    parser.add_argument(
+        "--calibration-image",
+        default="ghcr.io/tokenpilot/operator:latest",
+        metavar="IMAGE",
+        help="image of the calibration Jobs (the operator's own; the chart sets it)",
+    )
+    parser.add_argument(
+        "--calibration-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument of the Jobs' `tokenpilot calibrate` (repeatable)",
+    )
     election = parser.add_argument_group(
         "leader election", "run several replicas; only the holder of the Lease acts"
     )
@@ -181,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_address,
             gpu_profiles_configmap=args.gpu_profiles_configmap,
             leader_election=leader_election(args),
+            calibration_image=args.calibration_image,
+            calibration_args=tuple(args.calibration_arg),
         )
         operate(config, configure_logging=lambda: _logging(args.verbose))
     except (StartupError, KubeError, TokenPilotError) as exc:

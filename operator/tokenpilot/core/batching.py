@@ -39,6 +39,8 @@ class BatchingDecision:
     lower: Bound | None = None
     upper: Bound | None = None
     problem: str | None = None
+    # Which measured profile the tuner priced steps on, when `tokenpilot calibrate` made it.
+    calibrated_profile: str | None = None
 
     @property
     def feasible(self) -> bool:
@@ -47,7 +49,12 @@ class BatchingDecision:
     @property
     def reason(self) -> str:
         """One paragraph for status and Events: the problem first when there is one."""
-        return self.set_by.words if self.problem is None else f"{self.problem}; {self.set_by.words}"
+        words = (
+            self.set_by.words if self.problem is None else f"{self.problem}; {self.set_by.words}"
+        )
+        if self.calibrated_profile is not None:
+            words += f"; on the {self.calibrated_profile}"
+        return words
 
 
 def spec_decision(token_budget: int, max_num_seqs: int) -> BatchingDecision:

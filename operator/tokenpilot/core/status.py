@@ -252,7 +252,7 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     # Absent, not null: in an apply, a field left out is a field given up.
     own = [c for c in status.conditions if c.type in cond.RECONCILER_TYPES]
     return status.model_copy(update={"conditions": own}).model_dump(
-        by_alias=True, mode="json", exclude={"autoscaling"}, exclude_none=True
+        by_alias=True, mode="json", exclude={"autoscaling", "calibration"}, exclude_none=True
     )
 
 

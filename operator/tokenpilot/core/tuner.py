@@ -263,6 +263,7 @@ def recommend(
         lower=lower,
         upper=upper,
         problem=problem,
+        calibrated_profile=_calibrated(profile),
     )
     return Recommendation(
         gpu=profile.name,
@@ -617,6 +618,16 @@ def _round_up(tokens: int) -> int:
 
 def _target(value_s: float | None) -> str:
     return "(none)" if value_s is None else format_duration_s(value_s)
+
+
+def _calibrated(profile: GPUProfile) -> str | None:
+    record = profile.calibration
+    if record is None:
+        return None
+    return (
+        f"profile measured by tokenpilot calibrate on {record.date} ({record.grid} grid, "
+        f"{record.engine}, model {record.model})"
+    )
 
 
 def _basis(model: StepModel) -> str:

@@ -23,10 +23,12 @@ from typing import Any
 import kopf
 
 from tokenpilot.adapters.kube import KubeClient, KubeconfigError, KubeError, connect
+from tokenpilot.adapters.kube.calibration import MeasuredProfiles
 from tokenpilot.adapters.kube.discovery import llmservices_served, service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
-from tokenpilot.handlers import llmservice  # noqa: F401  (registers handlers)
+from tokenpilot.core.calibration.cluster import JobSettings
+from tokenpilot.handlers import calibration, llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.autoscaler import AutoscalerConfig
 from tokenpilot.handlers.leadership import LeaderElection, guarded_session, lead
 from tokenpilot.handlers.reconcile import Runtime
@@ -74,6 +76,9 @@ class OperatorConfig:
     metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
     leader_election: LeaderElection | None = None  # None: this replica acts alone
+    # The calibration Job's image (the operator's own) and extra `tokenpilot calibrate` args.
+    calibration_image: str = "ghcr.io/tokenpilot/operator:latest"
+    calibration_args: tuple[str, ...] = ()
 
 
 def _bindable(host: str, port: int, *, port_option: str, host_option: str) -> None:
@@ -168,15 +173,16 @@ def check_cluster(client: KubeClient, config: OperatorConfig) -> None:
         )
 
 
-def build_runtime(config: OperatorConfig) -> Runtime:
+def build_runtime(config: OperatorConfig, measured: MeasuredProfiles) -> Runtime:
     with _quiet_retries():
         client = _connect(config)
         check_cluster(client, config)
     catalog = load_catalog_from_cluster(client, config.gpu_profiles_configmap)
+    measured.load(client)
     return Runtime(
         client=client,
-        by_name=catalog.get,
-        by_product=catalog.by_product_label,
+        by_name=measured.over(catalog.get),
+        by_product=measured.over(catalog.by_product_label),
         service_monitor_served=service_monitor_served(client),
         namespaces=tuple(config.namespaces),
         resync_interval_s=config.resync_interval_s,
@@ -197,7 +203,9 @@ def operate(
 
     With leader election, wait as a standby first; kopf runs only while this replica leads."""
     check_ports(config)
-    runtime = build_runtime(config)
+    # Measured profiles live beside the profiles ConfigMap (docs/calibration.md).
+    measured = MeasuredProfiles((config.gpu_profiles_configmap or "").partition("/")[0] or None)
+    runtime = build_runtime(config, measured)
     if configure_logging is not None:
         configure_logging()
     elector = None
@@ -209,7 +217,7 @@ def operate(
             return  # stopped while standing by
         runtime.client.write_guard = elector.guard.check
     try:
-        _run_kopf(config, runtime, stop_flag, ready_flag)
+        _run_kopf(config, runtime, measured, stop_flag, ready_flag)
     finally:
         if elector is not None:
             elector.release()
@@ -218,6 +226,7 @@ def operate(
 def _run_kopf(
     config: OperatorConfig,
     runtime: Runtime,
+    measured: MeasuredProfiles,
     stop_flag: threading.Event | None,
     ready_flag: threading.Event | None,
 ) -> None:
@@ -230,6 +239,10 @@ def _run_kopf(
                 runtime=runtime,
                 autoscaler_config=AutoscalerConfig(
                     metrics_port=config.metrics_port, metrics_address=config.metrics_address
+                ),
+                calibration=calibration.CalibrationRuntime(
+                    measured,
+                    JobSettings(config.calibration_image, extra_args=config.calibration_args),
                 ),
             ),
             stop_flag=stop_flag,

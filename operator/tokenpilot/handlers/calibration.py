@@ -1,0 +1,255 @@
+"""Calibration of a service's GPU in the cluster (spec.batching.calibration: Auto).
+
+Each tick for a service with calibration Auto, once the reconciler has tuned it (status.tuning
+names the SKU and the budget the engine runs at):
+
+    decide (core)          Off / measured already / no ready engine / a Job runs / start one
+    start                  the Job (core renders it) against one ready engine pod
+    watch                  the Job and its pod; on success the result (the pod's termination
+                           message) is kept as a measured profile and the service is reconciled
+                           again, so the tuner re-plans on it; on failure the budget stays
+    status                 the Calibrating condition and status.calibration, under their own
+                           field manager (no other writer touches them)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from tokenpilot.adapters.kube import KubeError
+from tokenpilot.adapters.kube.calibration import (
+    MeasuredProfiles,
+    apply_calibration_status,
+    create_job,
+    job_pods,
+    read_job,
+    ready_engine_endpoint,
+)
+from tokenpilot.adapters.kube.events import post_event
+from tokenpilot.api.llmservice import GROUP, PLURAL, VERSION, CalibrationMode, LLMService
+from tokenpilot.core import conditions as cond
+from tokenpilot.core.calibration.cluster import (
+    Action,
+    CalibrationKey,
+    JobPhase,
+    JobSettings,
+    JobState,
+    current_request,
+    decide,
+    decode_result,
+    job_name,
+    judge_job,
+    key_of,
+    render_job,
+)
+from tokenpilot.core.errors import TokenPilotError
+from tokenpilot.core.events import ServiceEvent
+from tokenpilot.handlers.reconcile import Runtime, reconcile
+
+log = logging.getLogger("tokenpilot.calibration")
+
+CALIBRATING = "Calibrating"
+TICK_S = 2.0
+
+
+@dataclass
+class CalibrationRuntime:
+    measured: MeasuredProfiles
+    settings: JobSettings
+
+
+def _condition(
+    service: LLMService, status: str, reason: str, message: str, now: str
+) -> dict[str, Any]:
+    before = cond.find(service.status.conditions, CALIBRATING)
+    since = before.last_transition_time if before and before.status == status else now
+    return {
+        "type": CALIBRATING,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "observedGeneration": service.metadata.generation,
+    }
+
+
+def _write(
+    rt: Runtime,
+    service: LLMService,
+    *,
+    status: str,
+    reason: str,
+    message: str,
+    calibration: dict[str, Any],
+) -> bool:
+    """Write the calibration writer's part when it differs; whether it wrote."""
+    now = rt.clock.now_rfc3339()
+    before = cond.find(service.status.conditions, CALIBRATING)
+    old = service.status.calibration
+    old_dump = old.model_dump(by_alias=True, mode="json", exclude_none=True) if old else None
+    same_condition = (
+        before is not None
+        and before.status == status
+        and before.reason == reason
+        and before.message == message
+    )
+    if same_condition and old_dump == {k: v for k, v in calibration.items() if v is not None}:
+        return False
+    meta = service.metadata
+    apply_calibration_status(
+        rt.client,
+        meta.namespace,
+        meta.name,
+        condition=_condition(service, status, reason, message, now),
+        calibration={k: v for k, v in calibration.items() if v is not None},
+    )
+    return True
+
+
+def _event(rt: Runtime, service: LLMService, reason: str, message: str, warning: bool) -> None:
+    meta = service.metadata
+    post_event(
+        rt.client,
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        event=ServiceEvent(reason, message, warning),
+        now=rt.clock.now_rfc3339(),
+    )
+
+
+def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -> str:
+    """One look at one service; what it did, in words (for logs and tests)."""
+    service = LLMService.model_validate(body)
+    if service.spec.batching.calibration is CalibrationMode.Off:
+        return "off"
+    tuning = service.status.tuning
+    if tuning is None or not tuning.feasible:
+        return "not tuned yet"
+    meta = service.metadata
+    key = key_of(service, tuning.sku)
+    request = current_request(service)
+    name = job_name(meta.name, key, request)
+    job = read_job(rt.client, meta.namespace, name)
+    last = service.status.calibration
+    phase = (
+        JobPhase.none
+        if job is None
+        else JobPhase.judged
+        if last is not None and last.job == name and last.state in ("Succeeded", "Failed")
+        else JobPhase.active
+    )
+    endpoint = (
+        ready_engine_endpoint(rt.client, meta.namespace, meta.name, tuning.max_num_batched_tokens)
+        if phase is JobPhase.none
+        else None
+    )
+    honoured = last.request if last is not None else None
+    decision = decide(
+        service,
+        key,
+        measured_keys=cal.measured.keys,
+        job=phase,
+        ready_engine=endpoint is not None,
+        honoured_request=honoured,
+    )
+    record = {"key": key.words, "job": name, "request": request}
+    if decision.action is Action.nothing:
+        return decision.reason
+    if decision.action is Action.wait:
+        _write(
+            rt, service, status="False", reason="WaitingForEngine", message=decision.reason,
+            # The request is answered only once a Job starts for it.
+            calibration={
+                **record, "request": honoured, "state": "Waiting", "message": decision.reason
+            },
+        )  # fmt: skip
+        return decision.reason
+    if decision.action is Action.start:
+        assert endpoint is not None
+        manifest = render_job(
+            service,
+            key,
+            endpoint=endpoint,
+            budget_tokens=tuning.max_num_batched_tokens,
+            settings=cal.settings,
+        )
+        create_job(rt.client, manifest)
+        message = f"{decision.reason}; Job {name} against {endpoint}"
+        _write(
+            rt, service, status="True", reason="Running", message=message,
+            calibration={**record, "state": "Running", "message": message},
+        )  # fmt: skip
+        _event(rt, service, "CalibrationStarted", message, warning=False)
+        return message
+    return _watch(rt, cal, service, key, job or {}, record)
+
+
+def _watch(
+    rt: Runtime,
+    cal: CalibrationRuntime,
+    service: LLMService,
+    key: CalibrationKey,
+    job: dict[str, Any],
+    record: dict[str, Any],
+) -> str:
+    meta = service.metadata
+    verdict = judge_job(job, job_pods(rt.client, meta.namespace, record["job"]))
+    if verdict.state is JobState.running:
+        return verdict.message
+    if verdict.state is JobState.failed:
+        if _write(
+            rt, service, status="False", reason=verdict.reason, message=verdict.message,
+            calibration={**record, "state": "Failed", "message": verdict.message},
+        ):  # fmt: skip
+            _event(rt, service, verdict.reason, verdict.message, warning=True)
+        return verdict.message
+    try:
+        text = decode_result(verdict.result or "")
+        stored = cal.measured.store(rt.client, key, text, f"Job {meta.namespace}/{record['job']}")
+    except (ValueError, TokenPilotError) as exc:
+        message = f"the calibration result cannot be used: {exc}; the budget stays as it was"
+        if _write(
+            rt, service, status="False", reason="BadResult", message=message,
+            calibration={**record, "state": "Failed", "message": message},
+        ):  # fmt: skip
+            _event(rt, service, "BadResult", message, warning=True)
+        return message
+    profile = cal.measured.get(key.sku)
+    provenance = ""
+    if profile is not None and profile.calibration is not None:
+        c = profile.calibration
+        provenance = (
+            f" ({c.grid} grid, {c.engine}, model {c.model}, {c.date}, held-out error at most "
+            f"{c.max_held_out_error_pct:.1f} %)"
+        )
+    where = f"{cal.measured.namespace}/{stored}"
+    message = f"measured profile ConfigMap {where}{provenance}"
+    _write(
+        rt, service, status="False", reason="Measured", message=message,
+        calibration={**record, "state": "Succeeded", "profile": where, "message": message},
+    )  # fmt: skip
+    _event(rt, service, "Calibrated", f"{key.words}: {message}", warning=False)
+    # The tuner re-plans on the measured profile now, not at the next resync.
+    reconcile(rt, {"metadata": {"namespace": meta.namespace, "name": meta.name}}, "update")
+    return message
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_S, idle=0.0)
+def calibration_timer(body: kopf.Body, memo: Any, **_: Any) -> None:
+    rt: Runtime = memo.runtime
+    cal: CalibrationRuntime | None = getattr(memo, "calibration", None)
+    if cal is None:
+        return
+    if ((body.get("spec") or {}).get("batching") or {}).get("calibration") != "Auto":
+        return
+    try:
+        outcome = calibrate_tick(rt, cal, dict(body))
+    except KubeError as exc:
+        log.warning("calibration of %s/%s: %s", body.metadata.namespace, body.metadata.name, exc)
+        return
+    log.debug("calibration of %s/%s: %s", body.metadata.namespace, body.metadata.name, outcome)
