@@ -239,7 +239,13 @@ def _watch(
     return message
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_S, idle=0.0)
+# kopf puts a finalizer on every object a timer matches (it must stop the timer before the
+# object goes), so the filter keeps it to services that asked for calibration: any other service
+# still deletes while the operator is down.
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=TICK_S, idle=0.0,
+    field="spec.batching.calibration", value="Auto",
+)  # fmt: skip
 def calibration_timer(body: kopf.Body, memo: Any, **_: Any) -> None:
     rt: Runtime = memo.runtime
     cal: CalibrationRuntime | None = getattr(memo, "calibration", None)
