@@ -9,6 +9,8 @@ failure and deletion tests use a slower one, so the run is still going when they
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +50,29 @@ def client(kubeconfig: Path) -> KubeClient:
     return client
 
 
-def operator(kubeconfig: Path, namespace: str, time_scale: int) -> Any:
-    return operator_thread(
+@contextmanager
+def operator(kubeconfig: Path, namespace: str, time_scale: int) -> Iterator[None]:
+    with operator_thread(
         kubeconfig,
         namespace,
         profiles_configmap=f"{namespace}/gpu-profiles",
         calibration_args=("--time-scale", str(time_scale)),
+    ):
+        try:
+            yield
+        finally:
+            # A service with calibration Auto carries kopf's finalizer: it goes while the
+            # operator runs, or it would outlive the test (and hold up a CRD deletion later).
+            remove_services(client_for(kubeconfig), namespace)
+
+
+def remove_services(client: KubeClient, namespace: str) -> None:
+    for item in (client.get(LLMSERVICES.path(namespace)) or {}).get("items", []):
+        client.request("DELETE", LLMSERVICES.path(namespace, item["metadata"]["name"]))
+    eventually(
+        lambda: not (client.get(LLMSERVICES.path(namespace)) or {}).get("items"),
+        timeout_s=60,
+        what="the test's services deleted",
     )
 
 
