@@ -230,6 +230,31 @@ def _to_bounds(
     )
 
 
+def _too_soon_after_a_step_down(
+    policy: AutoscalePolicy,
+    now_s: float,
+    current: int,
+    lead: str,
+    signals: Signals,
+    history: History,
+) -> Decision | None:
+    """Steady, if the last step down was less than scale_down_step_interval_s ago (both ways
+    down, the window's and the model's, wait the same interval between steps)."""
+    last_s = history.last_scale_down_s
+    since_step_s = math.inf if last_s is None else now_s - last_s
+    if since_step_s >= policy.scale_down_step_interval_s:
+        return None
+    return Decision(
+        current,
+        Mode.steady,
+        Reason.stabilizing,
+        f"{lead} last step down {since_step_s:.0f} s ago, next after "
+        f"{policy.scale_down_step_interval_s:g} s",
+        signals,
+        history,
+    )
+
+
 def _hold(code: Reason, words: str, current: int, signals: Signals, history: History) -> Decision:
     # Blind evaluations break both runs and the queue's pair of readings: a window must be
     # observed end to end to count.
@@ -387,19 +412,9 @@ def _scale_down(
             signals,
             calm,
         )
-    since_step_s = (
-        math.inf if history.last_scale_down_s is None else now_s - history.last_scale_down_s
-    )
-    if since_step_s < policy.scale_down_step_interval_s:
-        return Decision(
-            current,
-            Mode.steady,
-            Reason.stabilizing,
-            f"{figures}: last step down {since_step_s:.0f} s ago, next after "
-            f"{policy.scale_down_step_interval_s:g} s",
-            signals,
-            calm,
-        )
+    too_soon = _too_soon_after_a_step_down(policy, now_s, current, f"{figures}:", signals, calm)
+    if too_soon is not None:
+        return too_soon
     floor = max(n for _, n in floors)
     desired = max(floor, current - step)
     if desired >= current:
@@ -534,19 +549,11 @@ def _model_step(
             signals,
             quiet,
         )
-    since_step_s = (
-        math.inf if history.last_scale_down_s is None else now_s - history.last_scale_down_s
+    too_soon = _too_soon_after_a_step_down(
+        policy, now_s, current, f"{figures}; {model.words};", signals, quiet
     )
-    if since_step_s < policy.scale_down_step_interval_s:
-        return Decision(
-            current,
-            Mode.steady,
-            Reason.stabilizing,
-            f"{figures}; {model.words}; last step down {since_step_s:.0f} s ago, next after "
-            f"{policy.scale_down_step_interval_s:g} s",
-            signals,
-            quiet,
-        )
+    if too_soon is not None:
+        return too_soon
     return Decision(
         desired,
         Mode.scale_down,
