@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from _operator_harness import get_llms, operator_process, sample, stop_process
 
 from tokenpilot.adapters.kube import KubeClient
-from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 T = TypeVar("T")
@@ -75,15 +75,6 @@ def service(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
         else:
             body["spec"][key] = value
     return body
-
-
-def patch_spec(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    client.request(
-        "PATCH",
-        LLMSERVICES.path(namespace, name),
-        body={"spec": spec},
-        content_type="application/merge-patch+json",
-    )
 
 
 def status(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:

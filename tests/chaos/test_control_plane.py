@@ -11,12 +11,11 @@ from _chaos import (
     Operator,
     check_invariants,
     converge,
-    patch_spec,
     ready,
     service,
     spec_of,
 )
-from _operator_harness import args_of, create, flag, get_deployment
+from _operator_harness import args_of, create, flag, get_deployment, patch_spec
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES

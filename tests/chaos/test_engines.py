@@ -11,13 +11,12 @@ from _chaos import (
     Operator,
     check_invariants,
     converge,
-    patch_spec,
     ready,
     service,
     spec_of,
     status,
 )
-from _operator_harness import create
+from _operator_harness import create, patch_spec
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES

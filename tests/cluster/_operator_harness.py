@@ -145,6 +145,15 @@ def get_llms(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
     return found
 
 
+def patch_spec(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    client.request(
+        "PATCH",
+        LLMSERVICES.path(namespace, name),
+        body={"spec": spec},
+        content_type="application/merge-patch+json",
+    )
+
+
 def get_deployment(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
     return client.get(DEPLOYMENTS.path(namespace, name))
 

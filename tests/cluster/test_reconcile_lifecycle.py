@@ -17,6 +17,7 @@ from _operator_harness import (
     get_deployment,
     get_llms,
     operator_thread,
+    patch_spec,
     resource_versions,
     sample,
 )
@@ -24,7 +25,7 @@ from _operator_harness import (
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apiserver_metrics import write_delta
 from tokenpilot.adapters.kube.events import COMPONENT
-from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.api.llmservice import GROUP
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
@@ -38,15 +39,6 @@ L40S = "llama-3.1-8b-l40s.yaml"
 def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
     with operator_thread(kubeconfig, namespace, resync_s=2.0):
         yield
-
-
-def patch_spec(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    client.request(
-        "PATCH",
-        LLMSERVICES.path(namespace, name),
-        body={"spec": spec},
-        content_type="application/merge-patch+json",
-    )
 
 
 def ready(client: KubeClient, namespace: str, name: str, replicas: int) -> dict[str, Any] | None:

@@ -16,13 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import create, get_deployment, get_llms, operator_thread, sample
+from _operator_harness import (
+    create,
+    get_deployment,
+    get_llms,
+    operator_thread,
+    patch_spec,
+    sample,
+)
 from kubernetes import client as k8s
 from kubernetes import watch
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.events import COMPONENT
-from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.api.llmservice import GROUP, PLURAL, VERSION
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
@@ -38,15 +45,6 @@ CRASH_SHOWN_S = 60
 def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
     with operator_thread(kubeconfig, namespace, resync_s=2.0):
         yield
-
-
-def patch_spec(client: KubeClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    client.request(
-        "PATCH",
-        LLMSERVICES.path(namespace, name),
-        body={"spec": spec},
-        content_type="application/merge-patch+json",
-    )
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
