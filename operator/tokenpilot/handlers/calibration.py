@@ -30,7 +30,14 @@ from tokenpilot.adapters.kube.calibration import (
     ready_engine_endpoint,
 )
 from tokenpilot.adapters.kube.events import post_event
-from tokenpilot.api.llmservice import GROUP, PLURAL, VERSION, CalibrationMode, LLMService
+from tokenpilot.api.llmservice import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    CalibrationMode,
+    ConditionStatus,
+    LLMService,
+)
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.calibration.cluster import (
     Action,
@@ -65,16 +72,19 @@ class CalibrationRuntime:
 def _condition(
     service: LLMService, status: str, reason: str, message: str, now: str
 ) -> dict[str, Any]:
-    before = cond.find(service.status.conditions, CALIBRATING)
-    since = before.last_transition_time if before and before.status == status else now
-    return {
-        "type": CALIBRATING,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-        "observedGeneration": service.metadata.generation,
-    }
+    # The one rule for lastTransitionTime (core.conditions): it moves only when status flips.
+    conditions = cond.set_condition(
+        service.status.conditions,
+        type_=CALIBRATING,
+        status=ConditionStatus(status),
+        reason=reason,
+        message=message,
+        observed_generation=service.metadata.generation,
+        now=now,
+    )
+    updated = cond.find(conditions, CALIBRATING)
+    assert updated is not None
+    return updated.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _write(
