@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.errors import InvalidSpec
@@ -40,6 +40,23 @@ class PrefillChunk(NamedTuple):
 
     num_new_tokens: int
     num_computed_tokens: int = 0
+
+
+class StepPricer(Protocol):
+    """Anything that prices one forward pass (`core.steptime.StepTimeModel`): what the tuner,
+    the capacity model and the lab's engine ask of a step-time model.
+
+    `decode_context_tokens` sums, over the decodes, the tokens each attends (the ones already in
+    its KV cache plus itself); each prefill chunk carries its new tokens and the tokens already
+    computed before it (earlier chunks, or a cached prefix), which it attends and reads.
+    """
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float: ...
 
 
 def attention_pairs(decode_context_tokens: int, prefill_chunks: Sequence[PrefillChunk]) -> int:

@@ -35,7 +35,7 @@ lie in [max_num_seqs, max_model_len x max_num_seqs]. The step model is used only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,7 +56,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.roofline import PrefillChunk
+from tokenpilot.core.roofline import PrefillChunk, StepPricer
 from tokenpilot.core.steptime import step_time_model
 
 # The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
@@ -72,7 +72,7 @@ DEFAULT_PROMPT_TOKENS = 1536
 FIX = "choose a faster SKU, relax an SLO, or split prefill and decode"
 
 
-class StepModel(Protocol):
+class StepModel(StepPricer, Protocol):
     """What the tuner asks of a step-time model (`core.steptime`)."""
 
     @property
@@ -80,13 +80,6 @@ class StepModel(Protocol):
 
     @property
     def measured(self) -> bool: ...
-
-    def iteration_s(
-        self,
-        num_decodes: int,
-        decode_context_tokens: int,
-        prefill_chunks: Sequence[PrefillChunk] = (),
-    ) -> float: ...
 
     def describe(self) -> str: ...
 

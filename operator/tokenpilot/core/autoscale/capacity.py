@@ -28,11 +28,9 @@ A demand per replica is servable when:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from tokenpilot.core.roofline import PrefillChunk
+from tokenpilot.core.roofline import PrefillChunk, StepPricer
 
 # The utilization of the prefill server where the tail prompt cannot meet the TTFT even alone:
 # under processor sharing a prompt then takes twice its own prefill time.
@@ -44,17 +42,6 @@ _MAX_ITERATIONS = 60
 # A step longer than this many ITL SLOs means the replica cannot keep up (the fixed point runs
 # away): no need to iterate further.
 _RUNAWAY = 50.0
-
-
-class StepPricer(Protocol):
-    """What the capacity model asks of a step-time model (`core.steptime`)."""
-
-    def iteration_s(
-        self,
-        num_decodes: int,
-        decode_context_tokens: int,
-        prefill_chunks: Sequence[PrefillChunk] = (),
-    ) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
