@@ -258,10 +258,12 @@ def test_the_chart_runs_the_operator_from_its_image_and_helm_test_passes(
         "2m",
         kubeconfig=image_cluster.kubeconfig,
     )
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
-    assert "Phase:          Succeeded" in result.stdout, result.stdout
     # The hook pod is deleted once it succeeded; its output stays in the pod runner's log.
     test_pod = {"metadata": {"namespace": namespace, "name": "tp-tokenpilot-test"}}
+    log = image_cluster.pod_log(test_pod, "check")
+    said = f"{result.stdout}\n{result.stderr}\ntest pod log:\n{log}"
+    assert result.returncode == 0, said
+    assert "Phase:          Succeeded" in result.stdout, said
     assert "metrics: ok" in image_cluster.pod_log(test_pod, "check")
 
 

@@ -233,11 +233,20 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
             replicas = int(get_llms(client, namespace, NAME)["spec"]["replicas"])
             return replicas if replicas > 1 else None
 
-        replicas = eventually(scaled_up, timeout_s=60, interval_s=0.2, what="a scale-up")
+        eventually(scaled_up, timeout_s=60, interval_s=0.2, what="a scale-up")
         scale_up_s = time.monotonic() - started_s
         # The queue builds within the first second; then at most two evaluations.
         assert scale_up_s <= 1.0 + 2 * INTERVAL_S + 1.0, scale_up_s
-        assert replicas == 3  # panic: 1 ready x 3.5 pressure, capped by maxReplicas
+
+        def at_max() -> bool:
+            return int(get_llms(client, namespace, NAME)["spec"]["replicas"]) == 3
+
+        # Panic: 1 ready x 3.5 pressure, capped by maxReplicas. Usually in the first step; when
+        # the first reading met a queue still filling on a busy machine (the engine takes its
+        # requests as the two cores let it), the step after, one evaluation later.
+        eventually(at_max, timeout_s=60, interval_s=0.2, what="maxReplicas (3)")
+        at_max_s = time.monotonic() - started_s
+        assert at_max_s <= 1.0 + 3 * INTERVAL_S + 1.0, at_max_s
 
         def all_ready() -> bool:
             status = get_llms(client, namespace, NAME).get("status", {})
@@ -281,6 +290,7 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
     assert reasons & {"ModelHeadroom", "SustainedHeadroom"}, reasons
     steps = [seen[0]] + [b for a, b in itertools.pairwise(seen) if a[1] != b[1]]
     print(
-        f"{metrics_source['type']}: scale-up after {scale_up_s:.1f} s; after the burst: "
+        f"{metrics_source['type']}: scale-up after {scale_up_s:.1f} s, at 3 after "
+        f"{at_max_s:.1f} s; after the burst: "
         + ", ".join(f"{replicas} at {t:.1f} s" for t, replicas in steps)
     )

@@ -2,8 +2,9 @@
 
 The endpoint stamps no engine time, so calibrate reads the engine's own counters (steps run,
 prefill times). CPU burners started beside the engine take its cores from it while the grid
-runs, so its steps vary far more than any model of one engine allows: calibrate must refuse on
-the held-out residual and write nothing.
+runs, so its steps vary far more than any model of one engine allows: calibrate must refuse and
+write nothing, on the held-out residual or, when the stalls leave a grid point's windows without
+a step to time three times over, as unmeasurable.
 """
 
 from __future__ import annotations
@@ -76,5 +77,5 @@ def test_a_calibration_on_a_loaded_machine_is_refused_and_writes_nothing(
     print(run.stderr)
     assert run.returncode == 3, run.stderr
     assert "refused, no profile written" in run.stderr
-    assert "residual:" in run.stderr
+    assert "residual:" in run.stderr or "unmeasurable:" in run.stderr, run.stderr
     assert not out.exists()

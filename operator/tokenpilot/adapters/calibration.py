@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from tokenpilot.adapters.interference import SNAPSHOT_TIME, ProbeError, ProbeSettings, run_probe
+from tokenpilot.adapters.interference import (
+    SNAPSHOT_TIME,
+    ProbeError,
+    ProbeSettings,
+    UnmeasurableError,
+    run_probe,
+)
 from tokenpilot.core.calibration.derive import PointResult
 from tokenpilot.core.calibration.grid import DECODE_HEADROOM_TOKENS, GridPoint
 
@@ -108,7 +114,10 @@ async def measure_grid(
             request_timeout_s=windows.request_timeout_s,
             snapshot_metrics=True,
         )
-        probe = await run_probe(settings)
+        try:
+            probe = await run_probe(settings)
+        except UnmeasurableError as error:
+            raise UnmeasurableError(f"{point.label()} could not be timed: {error}") from None
         baseline_s, mixed_s = probe.baseline_ms / 1e3, probe.mixed_ms / 1e3
         if not probe.engine_stamped:
             baseline_s, mixed_s = engine_timings(

@@ -54,6 +54,12 @@ class ProbeError(RuntimeError):
     """The endpoint did not behave as the protocol needs (named step, what to check)."""
 
 
+class UnmeasurableError(ProbeError):
+    """The protocol ran, but a window held no step to time: the engine's steps (or the client's
+    reading of them) varied more than the windows allow, as on a busy machine. Worth another
+    attempt; the endpoint itself is not at fault."""
+
+
 @dataclass(frozen=True)
 class ProbeSettings:
     url: str
@@ -78,6 +84,10 @@ class ProbeSettings:
     # Read the engine's /metrics when the baseline starts, before the burst and after the
     # recovery (the engine's own timings, for an engine that does not stamp its chunks).
     snapshot_metrics: bool = False
+    # Runs of the whole protocol, with fresh streams, when one found nothing to time (a stall
+    # on a busy machine): one unlucky burst does not fail a grid of minutes, and three in a row
+    # say the engine's timings are noise.
+    attempts: int = 3
 
 
 @dataclass
@@ -159,9 +169,13 @@ def analyse(
     baseline_iterations = per_iteration(before, align_end=True)
     window_iterations = per_iteration(inside)
     if not baseline_iterations:
-        raise ProbeError("no decode tokens arrived during the baseline window; is it streaming?")
+        raise UnmeasurableError(
+            "no decode tokens arrived during the baseline window; is it streaming?"
+        )
     if not window_iterations:
-        raise ProbeError("no decode iteration fell inside the burst; the burst was too short")
+        raise UnmeasurableError(
+            "no decode iteration fell inside the burst; the burst was too short"
+        )
     scale_ms = 1000.0 * seconds_per_unit
     # The median: a recovery iteration of the burst before (or a stall) does not move it.
     baseline = statistics.median(baseline_iterations)
@@ -240,7 +254,7 @@ def _analyse_burst(
             if c >= baseline_start
         ]
         if not starts:
-            raise ProbeError("no decode tokens arrived during the baseline window")
+            raise UnmeasurableError("no decode tokens arrived during the baseline window")
         assert burst.engine_done_s is not None
         mixed = (burst.engine_arrival_s, burst.engine_done_s + _EPS_S)
         return analyse(gaps, (min(starts), burst.engine_arrival_s), mixed, settings)
@@ -316,7 +330,7 @@ async def run_probe(
         client = _client(settings)
     try:
         model = settings.model or await discover_model(client, settings.url)
-        return await _run(settings, client, model)
+        return await _attempts(settings, client, model)
     finally:
         if own_client:
             await client.aclose()
@@ -334,8 +348,18 @@ async def run_heatmap(
                 cell = ProbeSettings(
                     **{**base.__dict__, "num_prefill": num_prefill, "prefill_len": prefill_len}
                 )
-                results.append(await _run(cell, client, model))
+                results.append(await _attempts(cell, client, model))
     return results
+
+
+async def _attempts(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -> ProbeResult:
+    for attempt in range(1, settings.attempts + 1):
+        try:
+            return await _run(settings, client, model)
+        except UnmeasurableError as error:
+            if attempt == settings.attempts:
+                raise UnmeasurableError(f"{error} (in {attempt} attempts)") from None
+    raise ProbeError(f"attempts must be at least 1, not {settings.attempts}")
 
 
 def _client(settings: ProbeSettings) -> httpx.AsyncClient:
@@ -584,9 +608,11 @@ async def _next_decode_token(
         failed = next((s.error for s in streams if s.error is not None), None)
         if failed is not None:
             raise ProbeError(f"a decode stream failed before the burst was sent: {failed!r}")
-        raise ProbeError(
+        longest = max(streams, key=lambda s: len(s.arrival))
+        lived_s = longest.arrival[-1] - longest.arrival[0] if longest.arrival else 0.0
+        raise UnmeasurableError(
             "a decode stream ended before the burst was sent (after "
-            f"{max(len(s.arrival) for s in streams)} tokens): raise decode_max_tokens or "
+            f"{len(longest.arrival)} tokens over {lived_s:.1f} s): raise decode_max_tokens or "
             "shorten settle_s, baseline_s and recovery_s"
         )
     raise ProbeError(f"timed out after {timeout_s:.0f} s waiting for a decode token")

@@ -29,7 +29,7 @@ from tokenpilot.adapters.calibration import (
     engine_info,
     measure_grid,
 )
-from tokenpilot.adapters.interference import ProbeError
+from tokenpilot.adapters.interference import ProbeError, UnmeasurableError
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.commands.plan import _shape as read_model_shape
@@ -165,6 +165,14 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _say("\ninterrupted: every stream to the engine is closed; no profile written")
         return EXIT_INTERRUPTED
+    except UnmeasurableError as error:
+        print("\ntokenpilot calibrate: refused, no profile written:", file=sys.stderr)
+        print(
+            f"  unmeasurable: {error}; the engine's steps vary more than the protocol's windows "
+            "allow (is the machine busy?): calibrate on an idle engine",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
     except ProbeError as error:
         print(f"\ntokenpilot calibrate: the engine failed the protocol: {error}", file=sys.stderr)
         return EXIT_ENGINE

@@ -245,7 +245,7 @@ def judge_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobV
 _EXIT_WORDS = {
     1: "the engine failed the protocol",
     2: "bad input",
-    3: "the fit was refused",
+    3: "refused: the timings did not fit or could not be taken",
     130: "interrupted",
 }
 
