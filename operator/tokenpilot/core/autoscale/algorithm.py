@@ -268,6 +268,24 @@ def _hold(code: Reason, words: str, current: int, signals: Signals, history: His
     )
 
 
+def _blind_to_a_step_down(
+    observation: Observation, figures: str, signals: Signals, history: History
+) -> Decision | None:
+    """A hold while some pods could not be read: what they carry is unknown, so no step down."""
+    unseen = observation.num_pods_expected - observation.num_pods_scraped
+    if unseen <= 0:
+        return None
+    why = "; ".join(observation.problems) or "no answer"
+    return _hold(
+        Reason.partial_scrape,
+        f"{figures} on {observation.num_pods_scraped} of {observation.num_pods_expected} "
+        f"pods; {unseen} could not be read ({why}); not scaling down while blind",
+        observation.desired_replicas,
+        signals,
+        history,
+    )
+
+
 def _scale_up(
     policy: AutoscalePolicy,
     history: History,
@@ -362,17 +380,8 @@ def _scale_down(
     state = "within targets" if bound is None else "keeping the replicas"
     if bound is not None:
         figures = f"{figures}: {bound}"
-    unseen = observation.num_pods_expected - observation.num_pods_scraped
-    if unseen > 0:
-        why = "; ".join(observation.problems) or "no answer"
-        return _hold(
-            Reason.partial_scrape,
-            f"{figures} on {observation.num_pods_scraped} of {observation.num_pods_expected} "
-            f"pods; {unseen} could not be read ({why}); not scaling down while blind",
-            current,
-            signals,
-            history,
-        )
+    if blind := _blind_to_a_step_down(observation, figures, signals, history):
+        return blind
     step = min(policy.max_scale_down_step, current - policy.min_replicas)
     within = replace(history, breach_since_s=None, calm_since_s=None)
     if step <= 0:
@@ -525,17 +534,8 @@ def _model_step(
             signals,
             quiet,
         )
-    unseen = observation.num_pods_expected - observation.num_pods_scraped
-    if unseen > 0:
-        why = "; ".join(observation.problems) or "no answer"
-        return _hold(
-            Reason.partial_scrape,
-            f"{figures} on {observation.num_pods_scraped} of {observation.num_pods_expected} "
-            f"pods; {unseen} could not be read ({why}); not scaling down while blind",
-            current,
-            signals,
-            history,
-        )
+    if blind := _blind_to_a_step_down(observation, figures, signals, history):
+        return blind
     desired = model.replicas
     waiting = observation.num_requests_waiting or 0.0
     queue_after = waiting / max(1, desired)
