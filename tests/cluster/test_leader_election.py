@@ -1,5 +1,6 @@
 """Two operator replicas on one Lease: one acts, the other takes over when the first dies or
 is paused past its lease, and the API server's audit log shows their writes never overlap.
+Both serve /metrics throughout (a Service in front of them reaches either), saying which leads.
 
 The replicas run with the chart's timing (15 s lease, 10 s renew deadline, 2 s retry), so the
 bound checked here is the one docs/reliability.md states for a real cluster:
@@ -9,11 +10,13 @@ lease 15 s + 2 x retry 2 s + start-up and first reconcile (budget 15 s) = 34 s.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from _operator_harness import (
     args_of,
@@ -76,15 +79,36 @@ def _edit(client: KubeClient, namespace: str, budget: int, min_replicas: int) ->
     )
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _two_replicas(
-    kubeconfig: Path, namespace: str, tmp_path: Path
+    kubeconfig: Path, namespace: str, tmp_path: Path, metrics_ports: tuple[int, int] | None = None
 ) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
     """Replica a leads (started first and waited for), b stands by."""
-    a = elected_operator(kubeconfig, namespace, tmp_path / "a.log", "op-a")
+    port_a, port_b = (
+        (("--metrics-port", str(p)) for p in metrics_ports) if metrics_ports else ((), ())
+    )
+    a = elected_operator(kubeconfig, namespace, tmp_path / "a.log", "op-a", *port_a)
     client = client_for(kubeconfig)
     eventually(lambda: lease_holder(client, namespace) == "op-a", timeout_s=60, what="a to lead")
-    b = elected_operator(kubeconfig, namespace, tmp_path / "b.log", "op-b")
+    b = elected_operator(kubeconfig, namespace, tmp_path / "b.log", "op-b", *port_b)
     return a, b
+
+
+def _leader_gauge(port: int) -> float | None:
+    """`tokenpilot_leader` from the replica's /metrics; None while it does not answer."""
+    try:
+        page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5, trust_env=False).text
+    except httpx.HTTPError:
+        return None
+    values = [
+        line.split()[1] for line in page.splitlines() if line.startswith("tokenpilot_leader ")
+    ]
+    return float(values[0]) if values else None
 
 
 def _writers(namespace: str) -> dict[str, str]:
@@ -101,11 +125,17 @@ def test_sigkill_of_the_leader_hands_over_within_the_bound_without_overlap(
     assert dev_cluster.state_dir is not None, "needs the dev cluster's audit log"
     client = client_for(kubeconfig)
     install_crd(client)
-    a, b = _two_replicas(kubeconfig, namespace, tmp_path)
+    ports = (_free_port(), _free_port())
+    a, b = _two_replicas(kubeconfig, namespace, tmp_path, metrics_ports=ports)
     try:
         _service(client, namespace)
         eventually(lambda: _ready(client, namespace), timeout_s=90, what="the service Ready")
         assert lease_holder(client, namespace) == "op-a"
+        assert _leader_gauge(ports[0]) == 1.0
+        # The standby answers too: a Service that picks it gets a page, not a refusal.
+        eventually(
+            lambda: _leader_gauge(ports[1]) == 0.0, timeout_s=30, what="b's /metrics, leader 0"
+        )
         time.sleep(2 * TIMING.retry_period_s)  # b has seen a renew or two
 
         a.send_signal(signal.SIGKILL)
@@ -126,6 +156,7 @@ def test_sigkill_of_the_leader_hands_over_within_the_bound_without_overlap(
         print(f"takeover: edit after SIGKILL carried out in {took_s:.1f} s")
         assert lease_holder(client, namespace) == "op-b"
         eventually(lambda: _ready(client, namespace), timeout_s=90, what="Ready under b")
+        assert _leader_gauge(ports[1]) == 1.0
     finally:
         stop_process(b)
         stop_process(a)

@@ -13,7 +13,10 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
     tokenpilot_decisions_total{mode, reason}                     counter per service
     tokenpilot_evaluation_duration_seconds                       histogram, one per operator
     tokenpilot_reconcile_errors_total                            counter per service
+    tokenpilot_leader                                            1 leading, 0 standing by
 
+Every replica serves the page from its start, a standby too (with `tokenpilot_leader` 0 and its
+process series): a Service or scrape that reaches a standby gets an answer, not a refusal.
 One registry per process (with the process collector for CPU and memory), served by
 prometheus_client's HTTP server on a port of its own.
 """
@@ -48,6 +51,11 @@ class OperatorMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         ProcessCollector(registry=r)
+        self.leader = Gauge(
+            "tokenpilot_leader",
+            "1 while this replica leads (runs the handlers), 0 while it stands by.",
+            registry=r,
+        )
         self.desired_replicas = Gauge(
             "tokenpilot_desired_replicas", "Replicas the autoscaler asked for.", SERVICE, registry=r
         )

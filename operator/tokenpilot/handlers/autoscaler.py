@@ -22,8 +22,9 @@ unreachable Prometheus holds that service only. An API error skips one evaluatio
 interval is the retry. The reconciler owns everything else in status and propagates
 spec.replicas to the Deployment.
 
-The process-wide part (metrics sources, the /metrics server) is built at startup from
-`memo.autoscaler_config` (an AutoscalerConfig; defaults when absent). Time comes from the
+The process-wide part (the metrics sources) is built at startup from `memo.autoscaler_config`
+(an AutoscalerConfig; defaults when absent); the operator's metrics are `memo.operator_metrics`,
+served by the process since before it led. Time comes from the
 runtime's clock (adapters/clock.py): monotonic seconds for windows, wall time for status.
 """
 
@@ -81,8 +82,6 @@ MAX_IDLE_S = 2.0
 class AutoscalerConfig:
     """Process-wide autoscaler settings (command-line flags of `tokenpilot run`)."""
 
-    metrics_port: int | None = None  # None: do not serve the operator's /metrics
-    metrics_address: str = "0.0.0.0"
     scrape_timeout_s: float = 2.0
 
 
@@ -329,11 +328,10 @@ async def run_forever(evaluator: Evaluator) -> None:
 async def _start_autoscaler(memo: Any, **_: Any) -> None:
     config = getattr(memo, "autoscaler_config", None) or AutoscalerConfig()
     shared = memo.runtime
-    runtime = AutoscalerRuntime(config, clock=shared.clock)
+    # The process's registry, served since start-up (handlers.operator.operate).
+    metrics = getattr(memo, "operator_metrics", None) or OperatorMetrics()
+    runtime = AutoscalerRuntime(config, metrics=metrics, clock=shared.clock)
     memo.autoscaler = runtime
-    if config.metrics_port is not None:
-        runtime.metrics.serve(config.metrics_port, config.metrics_address)
-        log.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
     memo.autoscaler_task = asyncio.create_task(run_forever(evaluator))
 

@@ -26,6 +26,7 @@ from tokenpilot.adapters.kube import KubeClient, KubeconfigError, KubeError, con
 from tokenpilot.adapters.kube.calibration import MeasuredProfiles
 from tokenpilot.adapters.kube.discovery import llmservices_served, service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.core.calibration.cluster import JobSettings
 from tokenpilot.handlers import calibration, llmservice  # noqa: F401  (registers handlers)
@@ -208,6 +209,12 @@ def operate(
     runtime = build_runtime(config, measured)
     if configure_logging is not None:
         configure_logging()
+    # Served by every replica from here on, a standby too: a scrape or a Service that reaches
+    # a standby reads `tokenpilot_leader 0` instead of a refused connection.
+    metrics = OperatorMetrics()
+    if config.metrics_port is not None:
+        metrics.serve(config.metrics_port, config.metrics_address)
+        log.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
     elector = None
     if config.leader_election is not None:
         elector = lead(
@@ -216,9 +223,11 @@ def operate(
         if elector is None:
             return  # stopped while standing by
         runtime.client.write_guard = elector.guard.check
+    metrics.leader.set(1)
     try:
-        _run_kopf(config, runtime, measured, stop_flag, ready_flag)
+        _run_kopf(config, runtime, metrics, measured, stop_flag, ready_flag)
     finally:
+        metrics.leader.set(0)
         if elector is not None:
             elector.release()
 
@@ -226,6 +235,7 @@ def operate(
 def _run_kopf(
     config: OperatorConfig,
     runtime: Runtime,
+    metrics: OperatorMetrics,
     measured: MeasuredProfiles,
     stop_flag: threading.Event | None,
     ready_flag: threading.Event | None,
@@ -237,9 +247,8 @@ def _run_kopf(
             namespaces=list(config.namespaces),
             memo=kopf.Memo(
                 runtime=runtime,
-                autoscaler_config=AutoscalerConfig(
-                    metrics_port=config.metrics_port, metrics_address=config.metrics_address
-                ),
+                autoscaler_config=AutoscalerConfig(),
+                operator_metrics=metrics,
                 calibration=calibration.CalibrationRuntime(
                     measured,
                     JobSettings(config.calibration_image, extra_args=config.calibration_args),
