@@ -307,7 +307,6 @@ class Evaluator:
         """A deleted (or no longer autoscaled) service: drop its state and its series."""
         self.loops.pop(key, None)
         self.due_s.pop(key, None)
-        self.runtime.sources.forget("/".join(key))
         with contextlib.suppress(KeyError):
             self.runtime.metrics.forget(*key)
 

@@ -33,21 +33,16 @@ class ServiceTarget:
     pods: tuple[PodEndpoint, ...]
     read_ttft: bool = True
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 class MetricsSource(Protocol):
     """Reads one service's signals: this evaluation's scrapes of its pods (direct), or an
     Observation a Prometheus server windowed. Never raises for an unreachable or broken engine
     or server: the missing fields and `problems` say what could not be read, and the
     autoscaler holds. `now_s` is the caller's clock (the one it passes to the state machine).
+    A source keeps nothing per service (the state machine holds the history), so a deleted
+    service leaves nothing behind here.
     """
 
     async def read(self, target: ServiceTarget, now_s: float) -> Samples: ...
-
-    def forget(self, target_key: str) -> None:
-        """Drop whatever is remembered about a service that was deleted."""
 
     async def aclose(self) -> None: ...

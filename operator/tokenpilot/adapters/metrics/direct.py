@@ -96,9 +96,6 @@ class DirectSource:
             return f"{pod.metrics_url} has no vllm:num_requests_* gauges (is it a vLLM engine?)"
         return sample
 
-    def forget(self, target_key: str) -> None:
-        """Nothing to forget: the rings live in the autoscaler's state."""
-
     async def aclose(self) -> None:
         for client in self._clients:
             await client.aclose()

@@ -227,9 +227,6 @@ class PrometheusSource:
             value("requests") or 0.0,
         )
 
-    def forget(self, target_key: str) -> None:
-        """Nothing is remembered per service; Prometheus keeps the history."""
-
     async def aclose(self) -> None:
         await self._client.aclose()
 

@@ -32,11 +32,6 @@ class MetricsSources:
         direct: list[MetricsSource] = [] if self._direct is None else [self._direct]
         return [*direct, *self._prometheus.values()]
 
-    def forget(self, target_key: str) -> None:
-        """A deleted (or no longer autoscaled) service: drop what any source remembers of it."""
-        for source in self._all():
-            source.forget(target_key)
-
     async def aclose(self) -> None:
         for source in self._all():
             await source.aclose()
