@@ -5,30 +5,19 @@ evaluation (math.ceil(NaN))."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import pytest
+from _steps import LinearStep
 
 from tokenpilot.core.autoscale import AutoscalePolicy, Observation
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
 from tokenpilot.core.autoscale.observation import Load
-from tokenpilot.core.steptime import PrefillChunk
 
-
-class LinearStep:
-    """A step of 5 ms plus 30 us per token: enough of an engine for the capacity model."""
-
-    def iteration_s(
-        self,
-        num_decodes: int,
-        decode_context_tokens: int,
-        prefill_chunks: Sequence[PrefillChunk] = (),
-    ) -> float:
-        return 0.005 + 30e-6 * (num_decodes + sum(c.num_new_tokens for c in prefill_chunks))
-
-
-MODEL = ReplicaModel(LinearStep(), 512, 64, 100_000, itl_slo_s=0.05, ttft_slo_s=2.0)
+# A step of 5 ms plus 30 us per token: enough of an engine for the capacity model.
+MODEL = ReplicaModel(
+    LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=0.05, ttft_slo_s=2.0
+)
 POLICY = AutoscalePolicy(
     min_replicas=1, max_replicas=8, itl_p99_slo_s=0.05, ttft_p99_slo_s=2.0, replica_model=MODEL
 )

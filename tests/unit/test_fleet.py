@@ -7,12 +7,11 @@ properties hold for the mechanics of the fleet, not for one GPU calibration.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
+from _steps import LinearStep
 
-from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsDelivery, simulate
 from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
@@ -21,29 +20,7 @@ from tokenpilot_lab.fleet.sizing import size_for_peak
 from tokenpilot_lab.sim import EngineConfig
 from tokenpilot_lab.workload import Trace, TraceRequest, poisson
 
-
-@dataclass(frozen=True)
-class LinearTimer:
-    """8 ms per step plus 0.1 ms per decode sequence and 20 us per prefill token."""
-
-    base_s: float = 0.008
-    per_decode_s: float = 0.0001
-    per_prefill_token_s: float = 0.00002
-
-    def iteration_s(
-        self,
-        num_decodes: int,
-        decode_context_tokens: int,
-        prefill_chunks: Sequence[PrefillChunk] = (),
-    ) -> float:
-        return (
-            self.base_s
-            + self.per_decode_s * num_decodes
-            + self.per_prefill_token_s * sum(c.num_new_tokens for c in prefill_chunks)
-        )
-
-
-TIMER = LinearTimer()
+TIMER = LinearStep()
 ENGINE = EngineConfig(num_kv_blocks=20_000, max_num_batched_tokens=2048, max_num_seqs=256)
 TUNED = replace(ENGINE, max_num_batched_tokens=512)
 FLEET = FleetConfig(max_replicas=16, cold_start_s=60.0, usd_per_gpu_hour=2.0)
