@@ -18,8 +18,8 @@ import pytest
 from _operator_harness import client_for, create, get_llms, install_crd, operator_thread, sample
 
 from tokenpilot.adapters.kube import KubeClient
-from tokenpilot.adapters.kube.calibration import MEASURED_LABEL, jobs_path
-from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.adapters.kube.calibration import MEASURED_LABEL
+from tokenpilot.adapters.kube.resources import JOBS, LLMSERVICES
 from tokenpilot.core.calibration.cluster import RECALIBRATE_ANNOTATION
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
@@ -86,7 +86,7 @@ def condition(client: KubeClient, namespace: str, type_: str) -> dict[str, Any] 
 
 
 def jobs(client: KubeClient, namespace: str) -> list[dict[str, Any]]:
-    return list(client.request("GET", jobs_path(namespace)).get("items") or [])
+    return list(client.request("GET", JOBS.path(namespace)).get("items") or [])
 
 
 def job_pods(client: KubeClient, namespace: str) -> list[dict[str, Any]]:

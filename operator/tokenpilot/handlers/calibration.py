@@ -23,13 +23,13 @@ import kopf
 from tokenpilot.adapters.kube import KubeError
 from tokenpilot.adapters.kube.calibration import (
     MeasuredProfiles,
-    apply_calibration_status,
     create_job,
     job_pods,
     read_job,
     ready_engine_endpoint,
 )
 from tokenpilot.adapters.kube.events import post_event
+from tokenpilot.adapters.kube.status import CALIBRATION, apply_status
 from tokenpilot.api.llmservice import (
     GROUP,
     PLURAL,
@@ -55,6 +55,7 @@ from tokenpilot.core.calibration.cluster import (
 )
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.events import ServiceEvent
+from tokenpilot.core.render import selector_string
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 
 log = logging.getLogger("tokenpilot.calibration")
@@ -110,12 +111,15 @@ def _write(
     if same_condition and old_dump == {k: v for k, v in calibration.items() if v is not None}:
         return False
     meta = service.metadata
-    apply_calibration_status(
+    apply_status(
         rt.client,
         meta.namespace,
         meta.name,
-        condition=_condition(service, status, reason, message, now),
-        calibration={k: v for k, v in calibration.items() if v is not None},
+        {
+            "conditions": [_condition(service, status, reason, message, now)],
+            "calibration": {k: v for k, v in calibration.items() if v is not None},
+        },
+        field_manager=CALIBRATION,
     )
     return True
 
@@ -154,7 +158,9 @@ def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -
         else JobPhase.active
     )
     endpoint = (
-        ready_engine_endpoint(rt.client, meta.namespace, meta.name, tuning.max_num_batched_tokens)
+        ready_engine_endpoint(
+            rt.client, meta.namespace, selector_string(service), tuning.max_num_batched_tokens
+        )
         if phase is JobPhase.none
         else None
     )

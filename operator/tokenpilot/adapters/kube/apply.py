@@ -1,4 +1,5 @@
-"""Server-side apply under one field manager: the only way rendered objects reach the cluster.
+"""Server-side apply: the only way rendered objects reach the cluster, under the reconciler's
+field manager (the calibration writer applies its profile ConfigMaps under its own).
 
 Conflicts are forced: the operator is the declared owner of every field it renders, so a hand
 edit of one of those fields is drift to be undone, not an opinion to be negotiated. Fields it
@@ -15,13 +16,15 @@ from tokenpilot.adapters.kube.resources import path_of
 FIELD_MANAGER = "tokenpilot"
 
 
-def apply(client: KubeClient, manifest: dict[str, Any]) -> dict[str, Any]:
+def apply(
+    client: KubeClient, manifest: dict[str, Any], *, field_manager: str = FIELD_MANAGER
+) -> dict[str, Any]:
     """Apply one object; the object as stored."""
     return client.request(
         "PATCH",
         path_of(manifest),
         body=manifest,
-        query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        query={"fieldManager": field_manager, "force": "true"},
         content_type="application/apply-patch+yaml",
     )
 

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.client import KubeClient
-from tokenpilot.adapters.kube.resources import LLMSERVICES
-from tokenpilot.api.llmservice import API_VERSION, KIND
+from tokenpilot.adapters.kube.pods import engine_pods, engine_url, ready_pods
+from tokenpilot.adapters.kube.resources import CONFIGMAPS, JOBS
+from tokenpilot.adapters.kube.status import CALIBRATION
 from tokenpilot.core.calibration.cluster import KEY_LABEL, CalibrationKey
 from tokenpilot.core.profiles import GPUProfile, parse_profile
 
-CALIBRATION_WRITER = "tokenpilot-calibration"
 MEASURED_LABEL = "serving.tokenpilot.dev/measured-profile"
 SKU_LABEL = "serving.tokenpilot.dev/sku"
 MODEL_LABEL = "serving.tokenpilot.dev/model"
@@ -30,49 +31,33 @@ DATE_LABEL = "serving.tokenpilot.dev/measured-at"
 PROFILE_KEY = "profile.yaml"
 
 
-def jobs_path(namespace: str, name: str | None = None) -> str:
-    out = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    return f"{out}/{name}" if name else out
-
-
 def create_job(client: KubeClient, manifest: dict[str, Any]) -> None:
     meta = manifest["metadata"]
-    client.request("POST", jobs_path(meta["namespace"]), body=manifest)
+    client.request("POST", JOBS.path(meta["namespace"]), body=manifest)
 
 
 def read_job(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
-    return client.get(jobs_path(namespace, name))
+    return client.get(JOBS.path(namespace, name))
 
 
 def job_pods(client: KubeClient, namespace: str, job: str) -> list[dict[str, Any]]:
-    listed = client.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": f"job-name={job}"}
-    )
-    return list(listed.get("items") or [])
+    return engine_pods(client, namespace, f"job-name={job}")
 
 
 def ready_engine_endpoint(
-    client: KubeClient, namespace: str, service: str, budget_tokens: int
+    client: KubeClient, namespace: str, selector: str, budget_tokens: int
 ) -> str | None:
-    """http://<pod IP>:8000 of one ready engine pod of `service` started with `budget_tokens`:
+    """The URL of one ready engine pod (matching `selector`) started with `budget_tokens`:
     calibration measures one engine alone, which the Service (spreading requests over replicas)
     would not, and at the budget it is told (a pod of an older rollout runs another)."""
-    listed = client.request(
-        "GET",
-        f"/api/v1/namespaces/{namespace}/pods",
-        query={"labelSelector": f"serving.tokenpilot.dev/llmservice={service}"},
+    return next(
+        (
+            engine_url(pod)
+            for pod in ready_pods(client, namespace, selector)
+            if _budget_arg(pod) == budget_tokens
+        ),
+        None,
     )
-    for pod in listed.get("items") or []:
-        status = pod.get("status") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
-        if not ready or not status.get("podIP") or pod["metadata"].get("deletionTimestamp"):
-            continue
-        if _budget_arg(pod) == budget_tokens:
-            return f"http://{status['podIP']}:8000"
-    return None
 
 
 def _budget_arg(pod: dict[str, Any]) -> int | None:
@@ -82,31 +67,6 @@ def _budget_arg(pod: dict[str, Any]) -> int | None:
             if arg == "--max-num-batched-tokens" and i + 1 < len(args):
                 return int(args[i + 1]) if args[i + 1].isdigit() else None
     return None
-
-
-def apply_calibration_status(
-    client: KubeClient,
-    namespace: str,
-    name: str,
-    *,
-    condition: dict[str, Any],
-    calibration: dict[str, Any],
-) -> None:
-    """Server-side apply of what the calibration writer owns: the Calibrating condition and
-    status.calibration, under its own field manager."""
-    body = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "status": {"conditions": [condition], "calibration": calibration},
-    }
-    client.request(
-        "PATCH",
-        LLMSERVICES.path(namespace, name) + "/status",
-        body=body,
-        query={"fieldManager": CALIBRATION_WRITER, "force": "true"},
-        content_type="application/apply-patch+yaml",
-    )
 
 
 def _label_value(text: str) -> str:
@@ -138,7 +98,7 @@ class MeasuredProfiles:
             return
         listed = client.request(
             "GET",
-            f"/api/v1/namespaces/{self.namespace}/configmaps",
+            CONFIGMAPS.path(self.namespace),
             query={"labelSelector": MEASURED_LABEL},
         )
         for item in listed.get("items") or []:
@@ -188,13 +148,7 @@ class MeasuredProfiles:
             },
             "data": {PROFILE_KEY: text},
         }
-        client.request(
-            "PATCH",
-            f"/api/v1/namespaces/{self.namespace}/configmaps/{name}",
-            body=body,
-            query={"fieldManager": CALIBRATION_WRITER, "force": "true"},
-            content_type="application/apply-patch+yaml",
-        )
+        apply(client, body, field_manager=CALIBRATION)
         self._remember(name, key.digest, profile)
         return name
 

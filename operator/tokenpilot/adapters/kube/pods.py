@@ -22,11 +22,26 @@ def engine_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[
 
 def ready_engine_pods(client: KubeClient, namespace: str, selector: str) -> tuple[PodEndpoint, ...]:
     """The Ready, non-terminating pods matching `selector`, by name, with their /metrics URLs."""
-    pods = [pod for pod in engine_pods(client, namespace, selector) if _ready(pod)]
     return tuple(
-        PodEndpoint(pod["metadata"]["name"], _metrics_url(pod))
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"])
+        PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics")
+        for pod in ready_pods(client, namespace, selector)
     )
+
+
+def ready_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The Ready, non-terminating pods matching `selector` (with a pod IP), by name."""
+    pods = [pod for pod in engine_pods(client, namespace, selector) if _ready(pod)]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def engine_url(pod: Mapping[str, Any]) -> str:
+    """http://<pod IP>:<its declared `http` port, else the rendered one>."""
+    port = HTTP_PORT
+    for container in pod.get("spec", {}).get("containers", [])[:1]:
+        for declared in container.get("ports") or []:
+            if declared.get("name") == "http":
+                port = int(declared["containerPort"])
+    return f"http://{pod['status']['podIP']}:{port}"
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -34,12 +49,3 @@ def _ready(pod: Mapping[str, Any]) -> bool:
         return False
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _metrics_url(pod: Mapping[str, Any]) -> str:
-    port = HTTP_PORT
-    for container in pod.get("spec", {}).get("containers", [])[:1]:
-        for declared in container.get("ports") or []:
-            if declared.get("name") == "http":
-                port = int(declared["containerPort"])
-    return f"http://{pod['status']['podIP']}:{port}/metrics"

@@ -38,6 +38,8 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("v1", "Event"): Resource("v1", "events"),
     ("v1", "Node"): Resource("v1", "nodes", namespaced=False),
     ("v1", "Pod"): Resource("v1", "pods"),
+    ("v1", "ConfigMap"): Resource("v1", "configmaps"),
+    ("batch/v1", "Job"): Resource("batch/v1", "jobs"),
     ("policy/v1", "PodDisruptionBudget"): Resource("policy/v1", "poddisruptionbudgets"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): Resource(
         "monitoring.coreos.com/v1", "servicemonitors"
@@ -51,6 +53,8 @@ RESOURCES: dict[tuple[str, str], Resource] = {
 LLMSERVICES = RESOURCES[(API_VERSION, KIND)]
 DEPLOYMENTS = RESOURCES[("apps/v1", "Deployment")]
 NODES = RESOURCES[("v1", "Node")]
+CONFIGMAPS = RESOURCES[("v1", "ConfigMap")]
+JOBS = RESOURCES[("batch/v1", "Job")]
 
 
 def resource_of(manifest: dict[str, Any]) -> Resource:

@@ -1,8 +1,9 @@
 """Writing an LLMService's status: server-side apply of the fields one writer owns.
 
-Two writers share .status: the reconciler (phase, replicas, tuning, and the Ready, Progressing,
-Degraded and Infeasible conditions) and the autoscaler (status.autoscaling and the
-MetricsAvailable condition). Each applies under its own field manager. The CRD declares
+Three writers share .status: the reconciler (phase, replicas, tuning, and the Ready,
+Progressing, Degraded and Infeasible conditions), the autoscaler (status.autoscaling and the
+MetricsAvailable condition) and the calibration writer (status.calibration and the Calibrating
+condition). Each applies under its own field manager. The CRD declares
 `conditions` a list map keyed by `type`, so the API server merges the two writers' conditions
 entry by entry: neither can overwrite the other's with a copy it read earlier, as a merge patch
 of the whole list would. A field a writer applied before and leaves out now is removed (tuning
@@ -19,6 +20,7 @@ from tokenpilot.api.llmservice import API_VERSION, KIND
 
 RECONCILER = "tokenpilot-reconciler"
 AUTOSCALER = "tokenpilot-autoscaler"
+CALIBRATION = "tokenpilot-calibration"
 
 
 def apply_status(
