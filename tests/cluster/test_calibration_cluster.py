@@ -214,6 +214,17 @@ def test_deleting_the_service_mid_run_leaves_no_job_and_no_pod(
         create(client, service(namespace, time_scale=2))
         eventually(lambda: running(client, namespace), timeout_s=120, what="Calibrating True")
         eventually(lambda: job_pods(client, namespace), timeout_s=60, what="the Job's pod")
+
+        def measuring() -> dict[str, Any] | None:
+            found = running(client, namespace)
+            return found if found and "grid points measured" in found["message"] else None
+
+        # While the grid runs, the condition says how far it is (read from the Job's pod).
+        progressing = eventually(measuring, timeout_s=60, what="Calibrating with progress")
+        progress = status(client, namespace)["calibration"]["progress"]
+        done, total = (int(n) for n in progress.split("/"))
+        assert 1 <= done < total == 12, progress
+        assert f"{progress} grid points measured" in progressing["message"]
         client.request(
             "DELETE",
             LLMSERVICES.path(namespace, NAME),

@@ -10,6 +10,7 @@ steps it times are engine time, so the figures do not depend on the machine's lo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -232,3 +233,34 @@ def _running(url: str) -> float:
         if line.startswith("vllm:num_requests_running{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError("engine-sim reports no vllm:num_requests_running")
+
+
+def test_progress_is_served_while_the_grid_runs(tmp_path: Path) -> None:
+    hidden_file = tmp_path / "hidden.yaml"
+    hidden_file.write_text(hidden_yaml("HIDDEN-A"))
+    out = tmp_path / "recovered.yaml"
+    progress_url = f"http://127.0.0.1:{free_port()}/progress"
+    address = progress_url.removeprefix("http://").removesuffix("/progress")
+    seen: list[dict[str, object]] = []
+    with engine_sim(hidden_file, "llama-3.1-8b") as url:
+        proc = subprocess.Popen(
+            tokenpilot("calibrate", "--endpoint", url, "--model", "llama-3.1-8b", "--out",
+                       str(out), "--max-num-batched-tokens", str(BUDGET), "--time-scale",
+                       TIME_SCALE, "--progress-address", address),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        while proc.poll() is None:
+            # Refused while not listening yet, or just closed.
+            with contextlib.suppress(httpx.TransportError):
+                seen.append(httpx.get(progress_url, timeout=1).raise_for_status().json())
+            time.sleep(0.1)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    done = [int(str(report["pointsDone"])) for report in seen]
+    total = {report["pointsTotal"] for report in seen}
+    assert total == {12}, seen
+    # Seen as it grew, never going back, with the point just measured named.
+    assert done == sorted(done) and len(set(done)) >= 3, done
+    assert any(report["lastPoint"] and "decodes x" in str(report["lastPoint"]) for report in seen)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(progress_url, timeout=1)

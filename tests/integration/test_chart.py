@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tokenpilot.cli import build_parser
+from tokenpilot.core.calibration.cluster import SERVICE_LABEL
 from tokenpilot.core.dashboards.files import RULES_PATH, dashboard_path, generated_files
 from tokenpilot_lab.devcluster import build
 from tokenpilot_lab.devcluster.errors import BinariesMissing
@@ -282,7 +283,7 @@ def test_two_replicas_elect_a_leader_and_survive_a_drain() -> None:
     assert not by_kind(render(sets=("replicaCount=1",)), "PodDisruptionBudget")
 
 
-def test_the_optional_network_policy_admits_only_gateway_prometheus_and_operator() -> None:
+def test_the_network_policy_admits_gateway_prometheus_operator_and_calibration() -> None:
     assert not by_kind(render(), "NetworkPolicy")
     (policy,) = by_kind(
         render(
@@ -302,4 +303,11 @@ def test_the_optional_network_policy_admits_only_gateway_prometheus_and_operator
     peers = rule["from"]
     assert peers[0]["podSelector"] == {"matchLabels": {"app": "gateway"}}
     assert peers[1]["namespaceSelector"] == {"matchLabels": {"team": "monitoring"}}
-    assert len(peers) == 3  # and the operator's own pods (the direct metrics source)
+    # The operator's own pods (the direct metrics source) and, in the engines' namespace only,
+    # the calibration Jobs' pods (core/calibration/cluster.py labels them).
+    assert len(peers) == 4
+    calibration = peers[3]
+    assert "namespaceSelector" not in calibration
+    assert calibration["podSelector"] == {
+        "matchExpressions": [{"key": SERVICE_LABEL, "operator": "Exists"}]
+    }

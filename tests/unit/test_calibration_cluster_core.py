@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tokenpilot.adapters.calibration_progress import progress_url
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.calibration.cluster import (
     RECALIBRATE_ANNOTATION,
@@ -102,6 +103,28 @@ def test_the_job_is_owned_by_the_service_and_runs_calibrate_once() -> None:
     assert args[args.index("--model-shape") + 1] == "llama-3.1-8b"
     assert args[args.index("--result-file") + 1] == container["terminationMessagePath"]
     assert args[-2:] == ["--time-scale", "5"]
+
+
+def test_the_job_reports_progress_on_its_own_pod_ip() -> None:
+    svc = service()
+    job = render_job(
+        svc,
+        key_of(svc, "H100-80GB"),
+        endpoint="http://10.0.0.7:8000",
+        budget_tokens=512,
+        settings=JobSettings("ghcr.io/tokenpilot/operator:1.0"),
+    )
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (env,) = container["env"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    (port,) = container["ports"]
+    args = container["args"]
+    # The kubelet expands $(POD_IP) from the container's own variable.
+    address = f"$({env['name']}):{port['containerPort']}"
+    assert args[args.index("--progress-address") + 1] == address
+    pod = {"spec": {"containers": [container]}, "status": {"podIP": "10.1.2.3"}}
+    assert progress_url(pod) == f"http://10.1.2.3:{port['containerPort']}/progress"
+    assert progress_url({"spec": {"containers": [container]}, "status": {}}) is None
 
 
 def pod(exit_code: int, message: str = "") -> dict[str, Any]:

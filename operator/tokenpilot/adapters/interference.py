@@ -550,10 +550,20 @@ async def _run(settings: ProbeSettings, client: httpx.AsyncClient, model: str) -
 async def _snapshot(
     client: httpx.AsyncClient, url: str, settings: ProbeSettings, into: dict[str, str], phase: str
 ) -> None:
-    if settings.snapshot_metrics:
+    if not settings.snapshot_metrics:
+        return
+    for attempt in range(2):
         taken = time.monotonic()
-        response = await client.get(f"{url}/metrics")
+        try:
+            response = await client.get(f"{url}/metrics")
+        except httpx.RemoteProtocolError:
+            # A pooled connection the server closed as idle just as it was reused: a GET is
+            # safe to send again, on a new connection.
+            if attempt:
+                raise
+            continue
         into[phase] = f"{SNAPSHOT_TIME} {taken}\n{response.text}"
+        return
 
 
 async def _inject(

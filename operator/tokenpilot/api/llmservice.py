@@ -700,6 +700,10 @@ class CalibrationStatus(ApiModel):
         None, description="The recalibrate annotation's value this calibration answered."
     )
     message: str = Field(description="What happened, in words.")
+    progress: str | None = Field(
+        None,
+        description="While the Job runs: grid points measured of the grid's, e.g. 5/12.",
+    )
 
 
 class LLMServiceStatus(ApiModel):

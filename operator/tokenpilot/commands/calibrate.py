@@ -2,6 +2,7 @@
 
     tokenpilot calibrate --endpoint URL --model NAME [--gpu-name SKU] [--grid quick|full]
         [--out FILE] [--json] [--max-num-batched-tokens N] [--model-shape PRESET | --shape FILE]
+        [--progress-address HOST:PORT]
 
 It runs the interference protocol over a grid of decode counts, contexts and bursts under and over
 the engine's token budget, fits the step model to the timings (docs/calibration.md), and writes
@@ -29,6 +30,7 @@ from tokenpilot.adapters.calibration import (
     engine_info,
     measure_grid,
 )
+from tokenpilot.adapters.calibration_progress import parse_address, serving_progress
 from tokenpilot.adapters.interference import ProbeError, UnmeasurableError
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
@@ -45,6 +47,7 @@ from tokenpilot.core.calibration.derive import (
 )
 from tokenpilot.core.calibration.fit import FitError, StepFit, fit_step_rates
 from tokenpilot.core.calibration.grid import GridPoint, GridSize, plan_grid
+from tokenpilot.core.calibration.progress import Progress
 from tokenpilot.core.errors import TokenPilotError, UnknownGPU
 from tokenpilot.core.profiles import GPUProfile, profile_yaml
 from tokenpilot.core.roofline import step_work
@@ -100,6 +103,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="also write the profile, gzipped in base64, here (a Job's termination message)",
     )
+    parser.add_argument(
+        "--progress-address",
+        metavar="HOST:PORT",
+        help="also serve the progress as JSON at http://HOST:PORT/progress (the operator reads "
+        "a calibration Job's progress there)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,6 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         base = _base_profile(args.gpu_name)
         if args.max_num_batched_tokens < 256:
             raise TokenPilotError("--max-num-batched-tokens must be at least 256")
+        if args.progress_address is not None:
+            parse_address(args.progress_address)
         info = asyncio.run(engine_info(url, args.model))
         points = plan_grid(
             GridSize(args.grid),
@@ -160,8 +171,17 @@ def _run(args: argparse.Namespace) -> int:
     )
     progress = _Progress(len(points))
     windows = Windows(time_scale=args.time_scale)
+    serving = (
+        serving_progress(args.progress_address, progress.report)
+        if args.progress_address is not None
+        else contextlib.nullcontext()
+    )
     try:
-        results = asyncio.run(measure_grid(url, info, points, windows, progress.point))
+        with serving:
+            results = asyncio.run(measure_grid(url, info, points, windows, progress.point))
+    except TokenPilotError as error:
+        print(f"tokenpilot calibrate: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         _say("\ninterrupted: every stream to the engine is closed; no profile written")
         return EXIT_INTERRUPTED
@@ -264,9 +284,17 @@ class _Progress:
         self.total = total
         self.done = 0
         self.started = time.monotonic()
+        # Replaced whole at each point: the progress server's thread reads it without a lock.
+        self._report = Progress(0, total, 0.0)
+
+    def report(self) -> Progress:
+        return self._report
 
     def point(self, point: GridPoint, result: PointResult) -> None:
         self.done += 1
+        self._report = Progress(
+            self.done, self.total, time.monotonic() - self.started, point.label()
+        )
         filled = _BAR_WIDTH * self.done // self.total
         bar = "#" * filled + "." * (_BAR_WIDTH - filled)
         held = " (held out)" if point.held_out else ""

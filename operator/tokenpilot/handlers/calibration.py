@@ -5,9 +5,11 @@ names the SKU and the budget the engine runs at):
 
     decide (core)          Off / measured already / no ready engine / a Job runs / start one
     start                  the Job (core renders it) against one ready engine pod
-    watch                  the Job and its pod; on success the result (the pod's termination
-                           message) is kept as a measured profile and the service is reconciled
-                           again, so the tuner re-plans on it; on failure the budget stays
+    watch                  the Job and its pod; while it runs, the grid points measured so far
+                           (the pod's progress port) go into the condition; on success the
+                           result (the pod's termination message) is kept as a measured profile
+                           and the service is reconciled again, so the tuner re-plans on it; on
+                           failure the budget stays
     status                 the Calibrating condition and status.calibration, under their own
                            field manager (no other writer touches them)
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from tokenpilot.adapters.calibration_progress import progress_url, read_progress
 from tokenpilot.adapters.kube import KubeError
 from tokenpilot.adapters.kube.calibration import (
     MeasuredProfiles,
@@ -205,6 +208,28 @@ def calibrate_tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -
     return _watch(rt, cal, service, key, job or {}, record)
 
 
+def _progress(
+    rt: Runtime,
+    service: LLMService,
+    key: CalibrationKey,
+    pods: list[dict[str, Any]],
+    record: dict[str, Any],
+) -> str | None:
+    """Show how far the running Job is, when its pod says; the words shown, or None."""
+    url = next((u for pod in pods if (u := progress_url(pod))), None)
+    progress = read_progress(url) if url else None
+    if progress is None:
+        return None
+    message = f"calibrating {key.words}: Job {record['job']}, {progress.words()}"
+    _write(
+        rt, service, status="True", reason="Running", message=message,
+        calibration={
+            **record, "state": "Running", "message": message, "progress": progress.fraction
+        },
+    )  # fmt: skip
+    return message
+
+
 def _watch(
     rt: Runtime,
     cal: CalibrationRuntime,
@@ -214,9 +239,10 @@ def _watch(
     record: dict[str, Any],
 ) -> str:
     meta = service.metadata
-    verdict = judge_job(job, job_pods(rt.client, meta.namespace, record["job"]))
+    pods = job_pods(rt.client, meta.namespace, record["job"])
+    verdict = judge_job(job, pods)
     if verdict.state is JobState.running:
-        return verdict.message
+        return _progress(rt, service, key, pods, record) or verdict.message
     if verdict.state is JobState.failed:
         if _write(
             rt, service, status="False", reason=verdict.reason, message=verdict.message,

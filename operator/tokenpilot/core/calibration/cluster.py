@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from tokenpilot.api.llmservice import API_VERSION, KIND, CalibrationMode, LLMService
+from tokenpilot.core.calibration.progress import PROGRESS_PORT, PROGRESS_PORT_NAME
 
 RECALIBRATE_ANNOTATION = "serving.tokenpilot.dev/recalibrate"
 KEY_LABEL = "serving.tokenpilot.dev/calibration-key"
@@ -34,6 +35,9 @@ SERVICE_LABEL = "serving.tokenpilot.dev/calibrates"
 # Where the calibrate container writes its result for the operator to read from the pod's
 # status (a kubelet copies it into state.terminated.message): no RBAC for the Job's pod.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The pod's own IP, from the downward API: the progress server binds it (on a node whose pods
+# share the host's network, as the dev cluster's do, a wildcard bind would collide).
+POD_IP_ENV = "POD_IP"
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ def render_job(
         f"/tmp/{key.digest}.yaml",
         "--result-file",
         TERMINATION_MESSAGE_PATH,
+        "--progress-address",
+        f"$({POD_IP_ENV}):{PROGRESS_PORT}",
         *settings.extra_args,
     ]
     return {
@@ -191,6 +197,13 @@ def render_job(
                             "name": "calibrate",
                             "image": settings.operator_image,
                             "args": args,
+                            "env": [
+                                {
+                                    "name": POD_IP_ENV,
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                }
+                            ],
+                            "ports": [{"name": PROGRESS_PORT_NAME, "containerPort": PROGRESS_PORT}],
                             "terminationMessagePath": TERMINATION_MESSAGE_PATH,
                             "terminationMessagePolicy": "File",
                         }
