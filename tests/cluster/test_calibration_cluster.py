@@ -61,8 +61,6 @@ def operator(kubeconfig: Path, namespace: str, time_scale: int) -> Iterator[None
         try:
             yield
         finally:
-            # A service with calibration Auto carries kopf's finalizer: it goes while the
-            # operator runs, or it would outlive the test (and hold up a CRD deletion later).
             remove_services(client_for(kubeconfig), namespace)
 
 
@@ -137,6 +135,9 @@ def test_auto_calibration_measures_once_and_retunes(
             lambda: running(client, namespace), timeout_s=120, what="Calibrating True"
         )
         assert "no measured profile" in calibrating["message"]
+        # No finalizer: the service deletes even while the operator is down (the Job and its pod
+        # go with it through their owner reference).
+        assert not get_llms(client, namespace, NAME)["metadata"].get("finalizers")
         before = status(client, namespace)["tuning"]
         assert CALIBRATED not in before["reason"]
 

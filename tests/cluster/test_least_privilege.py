@@ -125,6 +125,9 @@ def other_namespace(k8s_api: Any, namespace: str) -> Any:
 def test_the_service_account_may_do_its_job_and_nothing_else(
     kubeconfig: Path, namespace: str, other_namespace: str
 ) -> None:
+    # kubectl resolves llmservices.serving.tokenpilot.dev through discovery: without the CRD
+    # it would ask about some other resource and answer "no" whatever the role says.
+    install_crd(client_for(kubeconfig))
     release = f"lp-{namespace[-6:]}"
     manifests = helm_template(release, namespace)
     rbac = [m for m in manifests if m["kind"] in RBAC_KINDS]

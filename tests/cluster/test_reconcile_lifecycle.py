@@ -74,8 +74,7 @@ def test_sample_becomes_ready_on_h100_nodes(
     client: KubeClient, kubeconfig: Path, namespace: str, operator: None
 ) -> None:
     body = sample(H100, namespace)
-    # The autoscaler's per-service daemon carries a kopf finalizer; this test is about the
-    # reconciler, so keep the autoscaler out of it.
+    # This test is about the reconciler: keep the autoscaler out of it.
     body["spec"]["autoscaling"]["enabled"] = False
     create(client, body)
     status = eventually(

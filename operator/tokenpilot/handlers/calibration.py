@@ -1,7 +1,8 @@
 """Calibration of a service's GPU in the cluster (spec.batching.calibration: Auto).
 
-Each tick for a service with calibration Auto, once the reconciler has tuned it (status.tuning
-names the SKU and the budget the engine runs at):
+Every 2 s (the operator's own task, started with kopf and stopped with it), for each service
+with calibration Auto, once the reconciler has tuned it (status.tuning names the SKU and the
+budget the engine runs at):
 
     decide (core)          Off / measured already / no ready engine / a Job runs / start one
     start                  the Job (core renders it) against one ready engine pod
@@ -16,6 +17,8 @@ names the SKU and the budget the engine runs at):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +35,9 @@ from tokenpilot.adapters.kube.calibration import (
     ready_engine_endpoint,
 )
 from tokenpilot.adapters.kube.events import post_event
+from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.status import CALIBRATION, apply_status
 from tokenpilot.api.llmservice import (
-    GROUP,
-    PLURAL,
-    VERSION,
     CalibrationMode,
     ConditionStatus,
     LLMService,
@@ -281,23 +282,57 @@ def _watch(
     return message
 
 
-# kopf puts a finalizer on every object a timer matches (it must stop the timer before the
-# object goes), so the filter keeps it to services that asked for calibration: any other service
-# still deletes while the operator is down.
-@kopf.timer(
-    GROUP, VERSION, PLURAL, interval=TICK_S, idle=0.0,
-    field="spec.batching.calibration", value="Auto",
-)  # fmt: skip
-def calibration_timer(body: kopf.Body, memo: Any, **_: Any) -> None:
-    rt: Runtime = memo.runtime
-    cal: CalibrationRuntime | None = getattr(memo, "calibration", None)
-    if cal is None:
-        return
-    if ((body.get("spec") or {}).get("batching") or {}).get("calibration") != "Auto":
-        return
+def _wants_calibration(body: dict[str, Any]) -> bool:
+    spec = body.get("spec") or {}
+    deleting = (body.get("metadata") or {}).get("deletionTimestamp")
+    return (spec.get("batching") or {}).get("calibration") == "Auto" and not deleting
+
+
+def _tick(rt: Runtime, cal: CalibrationRuntime, body: dict[str, Any]) -> None:
+    meta = body.get("metadata") or {}
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
     try:
-        outcome = calibrate_tick(rt, cal, dict(body))
+        outcome = calibrate_tick(rt, cal, body)
     except KubeError as exc:
-        log.warning("calibration of %s/%s: %s", body.metadata.namespace, body.metadata.name, exc)
+        log.warning("calibration of %s: %s", where, exc)
         return
-    log.debug("calibration of %s/%s: %s", body.metadata.namespace, body.metadata.name, outcome)
+    except Exception:
+        # One service's bug must not stop the calibration of every other; log it loudly.
+        log.exception("calibration of %s failed", where)
+        return
+    log.debug("calibration of %s: %s", where, outcome)
+
+
+async def run_forever(rt: Runtime, cal: CalibrationRuntime) -> None:
+    """Every TICK_S, one look at each service with calibration Auto, until cancelled.
+
+    The operator's own task (as the autoscaler is), not a kopf timer: kopf puts a finalizer on
+    every object a timer matches, and a finalizer would keep such a service from being deleted
+    while the operator is down. Nothing here needs one: the Job is owned by the service, so the
+    garbage collector removes it and its pod with the service.
+    """
+    while True:
+        try:
+            items = await asyncio.to_thread(list_llmservices, rt.client, rt.namespaces)
+        except KubeError as exc:
+            log.warning("calibration: cannot list LLMServices: %s", exc)
+            items = []
+        wanted = [dict(item) for item in items if _wants_calibration(item)]
+        await asyncio.gather(*(asyncio.to_thread(_tick, rt, cal, body) for body in wanted))
+        await asyncio.sleep(TICK_S)
+
+
+@kopf.on.startup()
+async def _start_calibration(memo: Any, **_: Any) -> None:
+    cal: CalibrationRuntime | None = getattr(memo, "calibration", None)
+    if cal is not None:
+        memo.calibration_task = asyncio.create_task(run_forever(memo.runtime, cal))
+
+
+@kopf.on.cleanup()
+async def _stop_calibration(memo: Any, **_: Any) -> None:
+    task: asyncio.Task[None] | None = getattr(memo, "calibration_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
