@@ -19,17 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from tokenpilot_lab.vllm_server import VllmServerConfig, running_vllm, write_tiny_model
+from tokenpilot_lab.vllm_server import (
+    TINY_MODEL_SHAPE_YAML,
+    VllmServerConfig,
+    running_vllm,
+    write_tiny_model,
+)
 
-# The tiny model of tokenpilot_lab.tinymodel, as tests/engine/test_calibrate_vllm.py gives it.
-TINY_SHAPE = """numParameters: 1706240
-numLayers: 2
-numAttentionHeads: 4
-numKvHeads: 2
-headDim: 64
-hiddenSize: 256
-dtype: bfloat16
-"""
 BUDGET = 2048
 
 
@@ -44,7 +40,7 @@ def main() -> int:
     if not model.exists():
         write_tiny_model(model)
     shape = args.work_dir / "tiny-shape.yaml"
-    shape.write_text(TINY_SHAPE)
+    shape.write_text(TINY_MODEL_SHAPE_YAML)
     config = VllmServerConfig(
         model_dir=model,
         max_model_len=16384,

@@ -222,6 +222,19 @@ def running_vllm(config: VllmServerConfig, log_path: Path) -> Iterator[VllmServe
         server.stop()
 
 
+# The tiny model's shape as `tokenpilot calibrate --shape` reads it: 2 layers of width 256, 4
+# query and 2 KV heads of 64, an MLP of 512 and a vocabulary of at most 1,024 (embeddings and
+# head untied), as tinymodel.py writes it.
+TINY_MODEL_SHAPE_YAML = """numParameters: 1706240
+numLayers: 2
+numAttentionHeads: 4
+numKvHeads: 2
+headDim: 64
+hiddenSize: 256
+dtype: bfloat16
+"""
+
+
 def write_tiny_model(out_dir: Path, timeout_s: float = 300.0) -> Path:
     """Generate the tiny random model (tinymodel.py) with the engine venv's python."""
     result = subprocess.run(

@@ -16,20 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
+from tokenpilot_lab.vllm_server import (
+    TINY_MODEL_SHAPE_YAML,
+    VllmServer,
+    VllmServerConfig,
+    running_vllm,
+)
 
 pytestmark = pytest.mark.engine
 
-# The tiny model of tokenpilot_lab.tinymodel: 2 layers of width 256, 4 query and 2 KV heads of
-# 64, an MLP of 512 and a vocabulary of at most 1,024 (embeddings and head untied).
-TINY_SHAPE = """numParameters: 1706240
-numLayers: 2
-numAttentionHeads: 4
-numKvHeads: 2
-headDim: 64
-hiddenSize: 256
-dtype: bfloat16
-"""
 BUDGET = 2048
 NUM_BURNERS = 4
 
@@ -55,7 +50,7 @@ def test_a_calibration_on_a_loaded_machine_is_refused_and_writes_nothing(
     calibration_server: VllmServer, tmp_path: Path
 ) -> None:
     shape = tmp_path / "tiny-shape.yaml"
-    shape.write_text(TINY_SHAPE)
+    shape.write_text(TINY_MODEL_SHAPE_YAML)
     out = tmp_path / "cpu.yaml"
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(NUM_BURNERS)

@@ -82,15 +82,19 @@ def test_a_judged_job_is_not_retried() -> None:
     assert decision(service(), job=JobPhase.judged) is Action.nothing
 
 
-def test_the_job_is_owned_by_the_service_and_runs_calibrate_once() -> None:
+def rendered_job(*extra_args: str) -> dict[str, Any]:
     svc = service()
-    job = render_job(
+    return render_job(
         svc,
         key_of(svc, "H100-80GB"),
         endpoint="http://10.0.0.7:8000",
         budget_tokens=512,
-        settings=JobSettings("ghcr.io/tokenpilot/operator:1.0", extra_args=("--time-scale", "5")),
+        settings=JobSettings("ghcr.io/tokenpilot/operator:1.0", extra_args=extra_args),
     )
+
+
+def test_the_job_is_owned_by_the_service_and_runs_calibrate_once() -> None:
+    job = rendered_job("--time-scale", "5")
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("LLMService", "chat", "u-1")
     assert job["spec"]["backoffLimit"] == 0
@@ -106,14 +110,7 @@ def test_the_job_is_owned_by_the_service_and_runs_calibrate_once() -> None:
 
 
 def test_the_job_reports_progress_on_its_own_pod_ip() -> None:
-    svc = service()
-    job = render_job(
-        svc,
-        key_of(svc, "H100-80GB"),
-        endpoint="http://10.0.0.7:8000",
-        budget_tokens=512,
-        settings=JobSettings("ghcr.io/tokenpilot/operator:1.0"),
-    )
+    job = rendered_job()
     (container,) = job["spec"]["template"]["spec"]["containers"]
     (env,) = container["env"]
     assert env["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -5,14 +5,12 @@ says what it holds)."""
 from __future__ import annotations
 
 import contextlib
-import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 
+from tokenpilot.adapters.json_endpoint import serving_json
 from tokenpilot.core.calibration.progress import (
     PROGRESS_PATH,
     PROGRESS_PORT_NAME,
@@ -38,35 +36,13 @@ def parse_address(text: str) -> tuple[str, int]:
 @contextlib.contextmanager
 def serving_progress(address: str, report: Callable[[], Progress]) -> Iterator[None]:
     """Answer GET /progress with `report()` as JSON until the block ends."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path != PROGRESS_PATH:
-                self.send_error(404, f"only {PROGRESS_PATH} is served")
-                return
-            body = json.dumps(report().as_json()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # a line per look would bury the calibration's own lines
-
     host, port = parse_address(address)
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        serving = serving_json(host, port, PROGRESS_PATH, lambda: report().as_json(), "progress")
+        with serving:
+            yield
     except OSError as error:
         raise TokenPilotError(f"--progress-address {address}: cannot listen: {error}") from None
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def progress_url(pod: Mapping[str, Any]) -> str | None:

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import kopf
 
+from tokenpilot.adapters.json_endpoint import serving_json
 from tokenpilot.adapters.kube import connect
 from tokenpilot.adapters.kube.client import WriteGuard as WriteCheck
 from tokenpilot.adapters.kube.lease import LeaseElector, LeaseName
@@ -56,29 +56,9 @@ def standby_health(endpoint: str | None) -> Iterator[None]:
         yield
         return
     parts = urlsplit(endpoint)
-    wanted = parts.path or "/"
-
-    class Health(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            ok = self.path.split("?")[0] == wanted
-            body = b'{"standby": true}' if ok else b""
-            self.send_response(200 if ok else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass  # probes every few seconds would drown the log
-
-    server = ThreadingHTTPServer((parts.hostname or "0.0.0.0", parts.port or 80), Health)
-    thread = threading.Thread(target=server.serve_forever, name="standby-health", daemon=True)
-    thread.start()
-    try:
+    host, port = parts.hostname or "0.0.0.0", parts.port or 80
+    with serving_json(host, port, parts.path or "/", lambda: {"standby": True}, "standby-health"):
         yield
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def lead(
