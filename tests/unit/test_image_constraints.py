@@ -1,5 +1,6 @@
 """engine-image/constraints.txt pins every runtime dependency of the images, at a version each
-requirement accepts.
+requirement accepts, and tests/dev-constraints.txt pins what the dev extras add; `make venv`
+installs with both.
 
 The images install `tokenpilot` and `tokenpilot-lab` with `--constraint` that file; a dependency
 it does not pin would float to whatever PyPI serves on the day of the build. The requirement
@@ -17,8 +18,12 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-CONSTRAINTS = Path(__file__).resolve().parents[2] / "engine-image" / "constraints.txt"
+REPO = Path(__file__).resolve().parents[2]
+CONSTRAINTS = REPO / "engine-image" / "constraints.txt"
+DEV_CONSTRAINTS = REPO / "tests" / "dev-constraints.txt"
 ROOTS = ("tokenpilot", "tokenpilot-lab")
+# The extra of each root that `make venv` installs.
+DEV_EXTRAS = {"tokenpilot": "dev", "tokenpilot-lab": "pytest"}
 
 
 def canonical(name: str) -> str:
@@ -39,14 +44,18 @@ def parse_pins(text: str) -> dict[str, Version]:
     return pins
 
 
-def runtime_requirements(roots: tuple[str, ...]) -> list[tuple[str, Requirement]]:
-    """(who requires it, requirement) for the whole runtime closure of `roots`, no extras."""
+def runtime_requirements(
+    roots: tuple[str, ...], extras: dict[str, str] | None = None
+) -> list[tuple[str, Requirement]]:
+    """(who requires it, requirement) for the whole closure of `roots`, with `extras` of each
+    root (none by default: the images' runtime)."""
     found: list[tuple[str, Requirement]] = []
     seen: set[str] = set()
     todo = [(root, Requirement(root)) for root in roots]
     while todo:
         parent, req = todo.pop()
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        extra = (extras or {}).get(parent, "") if parent in roots else ""
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
             continue
         name = canonical(req.name)
         if parent not in roots or name not in roots:
@@ -62,9 +71,13 @@ def runtime_requirements(roots: tuple[str, ...]) -> list[tuple[str, Requirement]
     return [(parent, req) for parent, req in found if canonical(req.name) not in roots]
 
 
-def unpinned(pins: dict[str, Version], roots: tuple[str, ...] = ROOTS) -> list[str]:
+def unpinned(
+    pins: dict[str, Version],
+    roots: tuple[str, ...] = ROOTS,
+    extras: dict[str, str] | None = None,
+) -> list[str]:
     problems = []
-    for parent, req in runtime_requirements(roots):
+    for parent, req in runtime_requirements(roots, extras):
         name = canonical(req.name)
         pinned = pins.get(name)
         if pinned is None:
@@ -92,3 +105,29 @@ def test_a_pin_outside_the_required_range_is_named() -> None:
     pins = parse_pins(CONSTRAINTS.read_text())
     pins["kopf"] = Version("0.1")
     assert any(p.startswith("kopf==0.1 does not satisfy") for p in unpinned(pins))
+
+
+def test_every_dev_dependency_of_the_venv_is_pinned() -> None:
+    pins = parse_pins(CONSTRAINTS.read_text()) | parse_pins(DEV_CONSTRAINTS.read_text())
+    problems = unpinned(pins, extras=DEV_EXTRAS)
+    assert not problems, (
+        "tests/dev-constraints.txt is out of date; run hack/pin-image-deps.sh:\n  "
+        + "\n  ".join(problems)
+    )
+
+
+def test_the_venv_runs_the_pinned_versions() -> None:
+    """What the tests run against is what the images ship: a venv made without the pins (or a
+    dependency upgraded by hand) is named here rather than passing on other versions."""
+    pins = parse_pins(CONSTRAINTS.read_text()) | parse_pins(DEV_CONSTRAINTS.read_text())
+    drifted = []
+    for name, pinned in sorted(pins.items()):
+        try:
+            installed = Version(distribution(name).version)
+        except PackageNotFoundError:
+            continue  # pinned for a platform or Python other than this one
+        if installed != pinned:
+            drifted.append(f"{name} {installed} installed, {pinned} pinned")
+    assert not drifted, "the venv is not the pinned one; run `make venv`:\n  " + "\n  ".join(
+        drifted
+    )
