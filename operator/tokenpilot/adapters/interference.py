@@ -638,8 +638,11 @@ def _straddles_a_step(burst: _BurstTimes, decode_stamps: Sequence[float]) -> boo
 
 
 async def _bounded(awaitable, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when it is
+    # cancelled just as the awaitable finishes, losing the cancel (Ctrl-C then carried on).
     try:
-        return await asyncio.wait_for(awaitable, timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await awaitable
     except TimeoutError:
         raise ProbeError(f"timed out after {timeout_s:.0f} s {what}") from None
 

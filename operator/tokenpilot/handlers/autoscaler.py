@@ -294,7 +294,9 @@ class Evaluator:
             loop = ServiceLoop(self.runtime, self.client, *key, profile_of=self.profile_of)
             self.loops[key] = loop
         try:
-            return await asyncio.wait_for(loop.evaluate(body), EVALUATION_TIMEOUT_S)
+            # asyncio.timeout, not wait_for, which on Python 3.11 can lose a cancel (shutdown).
+            async with asyncio.timeout(EVALUATION_TIMEOUT_S):
+                return await loop.evaluate(body)
         except TimeoutError:
             # A hung API call or scrape: this service skips a round, the others go on.
             log.warning("%s/%s: evaluation took over %g s", *key, EVALUATION_TIMEOUT_S)
