@@ -212,6 +212,7 @@ def test_ctrl_c_stops_calibration_and_leaves_no_request_running(tmp_path: Path) 
             tokenpilot("calibrate", "--endpoint", url, "--model", "llama-3.1-8b", "--out",
                        str(out), "--max-num-batched-tokens", str(BUDGET), "--time-scale", "1"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_as_in_a_terminal,
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while _running(url) == 0:
@@ -226,6 +227,13 @@ def test_ctrl_c_stops_calibration_and_leaves_no_request_running(tmp_path: Path) 
             assert time.monotonic() < deadline, "requests still running after Ctrl-C"
             time.sleep(0.1)
     assert not out.exists()
+
+
+def _as_in_a_terminal() -> None:
+    """SIGINT at its default, as for a command run in the foreground of a terminal: a test run
+    started in the background of a script inherits SIGINT ignored (POSIX shells do that to
+    background jobs), and a program rightly keeps a SIGINT it was started ignoring ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _running(url: str) -> float:
