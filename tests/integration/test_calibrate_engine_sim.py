@@ -203,14 +203,32 @@ def test_a_faster_engine_than_the_named_gpu_is_refused(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_ctrl_c_stops_calibration_and_leaves_no_request_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sent", "exit_code", "said", "as_pid_1"),
+    [
+        (signal.SIGINT, 130, "interrupted", False),
+        (signal.SIGTERM, 143, "terminated", False),
+        # As the Job's container runs it: the kernel drops a signal with no handler sent to a
+        # PID namespace's first process, so without one calibrate would run on until SIGKILL.
+        (signal.SIGTERM, 143, "terminated", True),
+    ],
+    ids=["ctrl-c", "sigterm", "sigterm-as-pid-1"],
+)
+def test_a_stop_signal_ends_calibration_and_leaves_no_request_running(
+    sent: signal.Signals, exit_code: int, said: str, as_pid_1: bool, tmp_path: Path
+) -> None:
+    if as_pid_1 and os.geteuid() != 0:
+        pytest.skip("a PID namespace of its own (unshare --pid) needs root")
     hidden_file = tmp_path / "hidden.yaml"
     hidden_file.write_text(hidden_yaml("HIDDEN-A"))
     out = tmp_path / "recovered.yaml"
     with engine_sim(hidden_file, "llama-3.1-8b") as url:
+        command = tokenpilot(
+            "calibrate", "--endpoint", url, "--model", "llama-3.1-8b", "--out", str(out),
+            "--max-num-batched-tokens", str(BUDGET), "--time-scale", "1",
+        )  # fmt: skip
         proc = subprocess.Popen(
-            tokenpilot("calibrate", "--endpoint", url, "--model", "llama-3.1-8b", "--out",
-                       str(out), "--max-num-batched-tokens", str(BUDGET), "--time-scale", "1"),
+            ["unshare", "--pid", "--fork", *command] if as_pid_1 else command,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=_as_in_a_terminal,
         )  # fmt: skip
@@ -218,15 +236,24 @@ def test_ctrl_c_stops_calibration_and_leaves_no_request_running(tmp_path: Path) 
         while _running(url) == 0:
             assert time.monotonic() < deadline and proc.poll() is None, "no decode ever ran"
             time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGINT)
+        target = proc.pid
+        if as_pid_1:
+            target = int(subprocess.check_output(["pgrep", "-P", str(proc.pid)]).split()[0])
+            assert _pid_in_its_namespace(target) == 1
+        os.kill(target, sent)
         _, stderr = proc.communicate(timeout=60)
-        assert proc.returncode == 130, stderr
-        assert "interrupted" in stderr and "no profile written" in stderr
+        assert proc.returncode == exit_code, stderr
+        assert said in stderr and "no profile written" in stderr
         deadline = time.monotonic() + 30
         while _running(url) > 0:
-            assert time.monotonic() < deadline, "requests still running after Ctrl-C"
+            assert time.monotonic() < deadline, f"requests still running after {sent.name}"
             time.sleep(0.1)
     assert not out.exists()
+
+
+def _pid_in_its_namespace(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("NSpid:", 1)[1].split("\n", 1)[0].split()[-1])
 
 
 def _as_in_a_terminal() -> None:

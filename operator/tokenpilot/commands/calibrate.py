@@ -8,7 +8,9 @@ It runs the interference protocol over a grid of decode counts, contexts and bur
 the engine's token budget, fits the step model to the timings (docs/calibration.md), and writes
 a profile in the format of policies/gpus/ with the fit's provenance. A fit that fails its checks
 (held-out residual, datasheet floor, budget) is refused with the reason and nothing is written.
-Exit status: 0 written, 1 the engine failed the protocol, 2 bad input, 3 refused, 130 Ctrl-C.
+Exit status: 0 written, 1 the engine failed the protocol, 2 bad input, 3 refused, 130 Ctrl-C,
+143 SIGTERM (the Job's pod deleted: as a container's PID 1 it would otherwise be ignored until
+the grace period's SIGKILL, with the engine still under the grid's load).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import io
 import json
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -56,8 +59,39 @@ EXIT_ENGINE = 1
 EXIT_BAD_INPUT = 2
 EXIT_REFUSED = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 DEFAULT_BUDGET = 8192
 _BAR_WIDTH = 30
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived while the grid ran."""
+
+
+async def _until_sigterm(work: Any) -> Any:
+    """Await `work`; SIGTERM cancels it as Ctrl-C would (every stream closed) and raises
+    _Terminated. A handler is needed at all because the kernel drops a signal with no handler
+    sent to a PID namespace's first process, which the Job's container runs calibrate as."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        task.uncancel()
+        raise _Terminated from None
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -178,13 +212,18 @@ def _run(args: argparse.Namespace) -> int:
     )
     try:
         with serving:
-            results = asyncio.run(measure_grid(url, info, points, windows, progress.point))
+            results = asyncio.run(
+                _until_sigterm(measure_grid(url, info, points, windows, progress.point))
+            )
     except TokenPilotError as error:
         print(f"tokenpilot calibrate: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         _say("\ninterrupted: every stream to the engine is closed; no profile written")
         return EXIT_INTERRUPTED
+    except _Terminated:
+        _say("\nterminated: every stream to the engine is closed; no profile written")
+        return EXIT_TERMINATED
     except UnmeasurableError as error:
         print("\ntokenpilot calibrate: refused, no profile written:", file=sys.stderr)
         print(
