@@ -37,6 +37,9 @@ def test_the_words_say_how_far_and_where() -> None:
         "(under budget))"
     )
     assert Progress(0, 12, 0.0).words() == "0/12 grid points measured in 0 s"
+    assert Progress(0, 12, 0.0).condition_message("L4, llama-3.1-8b", "svc-calibrate-1a2b") == (
+        "calibrating L4, llama-3.1-8b: Job svc-calibrate-1a2b, 0/12 grid points measured in 0 s"
+    )
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ def parse_pins(text: str) -> dict[str, Version]:
     return pins
 
 
-def runtime_requirements(
+def requirement_closure(
     roots: tuple[str, ...], extras: dict[str, str] | None = None
 ) -> list[tuple[str, Requirement]]:
     """(who requires it, requirement) for the whole closure of `roots`, with `extras` of each
@@ -77,7 +77,7 @@ def unpinned(
     extras: dict[str, str] | None = None,
 ) -> list[str]:
     problems = []
-    for parent, req in runtime_requirements(roots, extras):
+    for parent, req in requirement_closure(roots, extras):
         name = canonical(req.name)
         pinned = pins.get(name)
         if pinned is None:

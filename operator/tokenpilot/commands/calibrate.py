@@ -320,8 +320,6 @@ class _Progress:
     """A bar and a line per grid point, on stderr (stdout stays for the result)."""
 
     def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
         self.started = time.monotonic()
         # Replaced whole at each point: the progress server's thread reads it without a lock.
         self._report = Progress(0, total, 0.0)
@@ -330,15 +328,19 @@ class _Progress:
         return self._report
 
     def point(self, point: GridPoint, result: PointResult) -> None:
-        self.done += 1
-        self._report = Progress(
-            self.done, self.total, time.monotonic() - self.started, point.label()
+        before = self._report
+        now = Progress(
+            before.points_done + 1,
+            before.points_total,
+            time.monotonic() - self.started,
+            point.label(),
         )
-        filled = _BAR_WIDTH * self.done // self.total
+        self._report = now
+        filled = _BAR_WIDTH * now.points_done // now.points_total
         bar = "#" * filled + "." * (_BAR_WIDTH - filled)
         held = " (held out)" if point.held_out else ""
         _say(
-            f"[{bar}] {self.done}/{self.total} {time.monotonic() - self.started:5.0f}s  "
+            f"[{bar}] {now.fraction} {now.elapsed_s:5.0f}s  "
             f"{point.label()}: decode {result.baseline_s * 1e3:.2f} ms, burst "
             f"{result.mixed_s * 1e3:.2f} ms over {result.num_mixed_steps} step(s){held}"
         )

@@ -67,6 +67,7 @@ from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_sp
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import selector_string
+from tokenpilot.handlers import background
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
@@ -334,16 +335,12 @@ async def _start_autoscaler(memo: Any, **_: Any) -> None:
     runtime = AutoscalerRuntime(config, metrics=metrics, clock=shared.clock)
     memo.autoscaler = runtime
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
-    memo.autoscaler_task = asyncio.create_task(run_forever(evaluator))
+    memo.autoscaler_task = asyncio.create_task(run_forever(evaluator), name="autoscaler")
 
 
 @kopf.on.cleanup()
 async def _stop_autoscaler(memo: Any, **_: Any) -> None:
-    task: asyncio.Task[None] | None = getattr(memo, "autoscaler_task", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await background.stop(getattr(memo, "autoscaler_task", None))
     runtime: AutoscalerRuntime | None = getattr(memo, "autoscaler", None)
     if runtime is not None:
         await runtime.sources.aclose()

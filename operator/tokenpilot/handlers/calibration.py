@@ -18,7 +18,6 @@ budget the engine runs at):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +59,7 @@ from tokenpilot.core.calibration.cluster import (
 from tokenpilot.core.errors import TokenPilotError
 from tokenpilot.core.events import ServiceEvent
 from tokenpilot.core.render import selector_string
+from tokenpilot.handlers import background
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 
 log = logging.getLogger("tokenpilot.calibration")
@@ -221,7 +221,7 @@ def _progress(
     progress = read_progress(url) if url else None
     if progress is None:
         return None
-    message = f"calibrating {key.words}: Job {record['job']}, {progress.words()}"
+    message = progress.condition_message(key.words, record["job"])
     _write(
         rt, service, status="True", reason="Running", message=message,
         calibration={
@@ -326,13 +326,11 @@ async def run_forever(rt: Runtime, cal: CalibrationRuntime) -> None:
 async def _start_calibration(memo: Any, **_: Any) -> None:
     cal: CalibrationRuntime | None = getattr(memo, "calibration", None)
     if cal is not None:
-        memo.calibration_task = asyncio.create_task(run_forever(memo.runtime, cal))
+        memo.calibration_task = asyncio.create_task(
+            run_forever(memo.runtime, cal), name="calibration"
+        )
 
 
 @kopf.on.cleanup()
 async def _stop_calibration(memo: Any, **_: Any) -> None:
-    task: asyncio.Task[None] | None = getattr(memo, "calibration_task", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await background.stop(getattr(memo, "calibration_task", None))

@@ -14,7 +14,6 @@ No finalizers: deletion is the garbage collector's job through owner references.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -26,6 +25,7 @@ from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.api.llmservice import GROUP, KIND, PLURAL, VERSION
 from tokenpilot.core.render import MANAGED_BY, SERVICE_LABEL
+from tokenpilot.handlers import background
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 
 log = logging.getLogger("tokenpilot.handlers")
@@ -47,16 +47,12 @@ async def _configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     # Only the engine pods are watched, selected by the API server: the cluster's other pods
     # never reach the operator.
     settings.watching.label_selectors["v1", "pods"] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-    memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)))
+    memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)), name="resync")
 
 
 @kopf.on.cleanup()
 async def _stop(memo: Any, **_: Any) -> None:
-    task = getattr(memo, "resync_task", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await background.stop(getattr(memo, "resync_task", None))
 
 
 # A reconcile the API server could not answer (restarting, overloaded, etcd away) is retried

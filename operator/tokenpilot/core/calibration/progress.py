@@ -36,6 +36,10 @@ class Progress:
         done = f"{self.fraction} grid points measured in {self.elapsed_s:.0f} s"
         return f"{done} (last: {self.last_point})" if self.last_point else done
 
+    def condition_message(self, key_words: str, job: str) -> str:
+        """What the `Calibrating` condition says while the Job `job` runs."""
+        return f"calibrating {key_words}: Job {job}, {self.words()}"
+
     def as_json(self) -> dict[str, Any]:
         return {
             "pointsDone": self.points_done,
