@@ -123,6 +123,14 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         (["--slo", "ttft=2"], "--slo 'ttft=2'"),
         (["--rate", "fast"], "--rate 'fast'"),
         (["--gpu", "TPU-v9"], "unknown GPU 'TPU-v9'"),
+        (["--cold-start", "-5"], "--cold-start -5: must be a finite number >= 0"),
+        (["--cold-start", "nan"], "--cold-start nan:"),
+        (["--min-replicas", "3", "--max-replicas", "2"], ">= --min-replicas (3)"),
+        (["--initial-replicas", "100"], "--initial-replicas 100: must lie within"),
+        (["--target-running", "-1"], "--target-running -1: must be a finite number > 0"),
+        (["--scrape-interval", "0"], "--scrape-interval 0:"),
+        (["--usd-per-gpu-hour", "-1"], "--usd-per-gpu-hour -1:"),
+        (["--mean-rps", "-1"], "--mean-rps -1:"),
     ],
 )
 def test_bad_flags_get_a_clear_error(

@@ -149,6 +149,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
+        check_flags(args)
         trace = _load_trace(args)
         results, sizing, budgets = _simulate(args, trace, err)
     except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
@@ -165,6 +166,36 @@ def run(args: argparse.Namespace) -> int:
         plot_comparison(trace, results, args.plot)
         err.print(f"plot written to {args.plot}", highlight=False)
     return 0
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The numeric flags' ranges, checked before any work, each error naming its flag and the
+    range it needs (the fleet's own checks speak of fields, not flags)."""
+    at_least = [
+        ("--min-replicas", args.min_replicas, 1, "1"),
+        ("--max-replicas", args.max_replicas, args.min_replicas, "--min-replicas"),
+        ("--cold-start", args.cold_start, 0.0, "0"),
+        ("--usd-per-gpu-hour", args.usd_per_gpu_hour, 0.0, "0"),
+    ]
+    above_zero = [
+        ("--scrape-interval", args.scrape_interval),
+        ("--target-running", args.target_running),
+    ]
+    if args.synthetic is not None:
+        above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
+    for flag, value, low, named in at_least:
+        if value is not None and not (math.isfinite(value) and value >= low):
+            bound = named if named == f"{low:g}" else f"{named} ({low:g})"
+            raise ValueError(f"{flag} {value:g}: must be a finite number >= {bound}")
+    for flag, value in above_zero:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag} {value:g}: must be a finite number > 0")
+    initial = args.initial_replicas
+    if initial is not None and not args.min_replicas <= initial <= args.max_replicas:
+        raise ValueError(
+            f"--initial-replicas {initial}: must lie within --min-replicas and --max-replicas "
+            f"({args.min_replicas} to {args.max_replicas})"
+        )
 
 
 def _load_trace(args: argparse.Namespace) -> Trace:
