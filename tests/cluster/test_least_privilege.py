@@ -49,6 +49,8 @@ CAN_I: list[tuple[str, str, str, bool]] = [
     ("update", "leases.coordination.k8s.io/{lease}", "release", True),
     ("delete", "llmservices.serving.tokenpilot.dev", "other", False),
     ("update", "llmservices.serving.tokenpilot.dev", "other", False),
+    ("update", "llmservices.serving.tokenpilot.dev/status", "other", False),
+    ("update", "llmservices.serving.tokenpilot.dev/scale", "other", False),
     ("delete", "deployments.apps", "other", False),
     ("update", "deployments.apps", "other", False),
     ("delete", "pods", "other", False),
