@@ -169,13 +169,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """The numeric flags' ranges, checked before any work, each error naming its flag and the
-    range it needs (the fleet's own checks speak of fields, not flags)."""
+    """The numeric flags' ranges, checked before any work, each error naming its flag (the
+    fleet's own checks, which stay the library's guard, speak of fields, not flags)."""
     at_least = [
-        ("--min-replicas", args.min_replicas, 1, "1"),
-        ("--max-replicas", args.max_replicas, args.min_replicas, "--min-replicas"),
-        ("--cold-start", args.cold_start, 0.0, "0"),
-        ("--usd-per-gpu-hour", args.usd_per_gpu_hour, 0.0, "0"),
+        ("--min-replicas", args.min_replicas, 1.0),
+        ("--cold-start", args.cold_start, 0.0),
+        ("--usd-per-gpu-hour", args.usd_per_gpu_hour, 0.0),
     ]
     above_zero = [
         ("--scrape-interval", args.scrape_interval),
@@ -183,18 +182,19 @@ def check_flags(args: argparse.Namespace) -> None:
     ]
     if args.synthetic is not None:
         above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
-    for flag, value, low, named in at_least:
+    for flag, value, low in at_least:
         if value is not None and not (math.isfinite(value) and value >= low):
-            bound = named if named == f"{low:g}" else f"{named} ({low:g})"
-            raise ValueError(f"{flag} {value:g}: must be a finite number >= {bound}")
+            raise ValueError(f"{flag} {value:g}: must be a finite number >= {low:g}")
     for flag, value in above_zero:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{flag} {value:g}: must be a finite number > 0")
-    initial = args.initial_replicas
-    if initial is not None and not args.min_replicas <= initial <= args.max_replicas:
+    lo, hi, initial = args.min_replicas, args.max_replicas, args.initial_replicas
+    if hi < lo:
+        raise ValueError(f"--max-replicas {hi}: must be >= --min-replicas ({lo})")
+    if initial is not None and not lo <= initial <= hi:
         raise ValueError(
             f"--initial-replicas {initial}: must lie within --min-replicas and --max-replicas "
-            f"({args.min_replicas} to {args.max_replicas})"
+            f"({lo} to {hi})"
         )
 
 

@@ -46,7 +46,7 @@ class FleetConfig:
         ):
             raise InvalidSpec("initial_replicas must lie within [min_replicas, max_replicas]")
         for name in ("cold_start_s", "usd_per_gpu_hour"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # a NaN is refused too
                 raise InvalidSpec(f"{name} must be >= 0")
         for name in ("scrape_interval_s", "series_interval_s", "ttft_slo_s", "itl_slo_s"):
             if not getattr(self, name) > 0:
