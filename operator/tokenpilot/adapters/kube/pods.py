@@ -3,13 +3,13 @@ the Ready ones with their /metrics as the metrics sources need them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenpilot.adapters.kube.client import KubeClient
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.adapters.metrics.base import PodEndpoint
-from tokenpilot.core.render import HTTP_PORT
+from tokenpilot.core.render import HTTP_PORT, SERVICE_LABEL
 
 PODS = RESOURCES[("v1", "Pod")]
 
@@ -22,16 +22,31 @@ def engine_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[
 
 def ready_engine_pods(client: KubeClient, namespace: str, selector: str) -> tuple[PodEndpoint, ...]:
     """The Ready, non-terminating pods matching `selector`, by name, with their /metrics URLs."""
-    return tuple(
-        PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics")
-        for pod in ready_pods(client, namespace, selector)
-    )
+    return _endpoints(ready_pods(client, namespace, selector))
+
+
+def ready_engine_pods_by_service(
+    client: KubeClient, namespaces: Sequence[str]
+) -> dict[tuple[str, str], tuple[PodEndpoint, ...]]:
+    """The Ready engine pods of every LLMService in `namespaces` (all namespaces when empty),
+    keyed by (namespace, service) and sorted by name: one listing per namespace, not one per
+    service, so a round of the autoscaler costs the API server the same at 1 or 1,000 services."""
+    by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    scopes: list[str | None] = [*namespaces] or [None]
+    for namespace in scopes:
+        listed = client.request("GET", PODS.path(namespace), query={"labelSelector": SERVICE_LABEL})
+        for pod in listed.get("items", []):
+            meta = pod.get("metadata", {})
+            if not _ready(pod):
+                continue
+            key = (meta.get("namespace") or namespace or "default", meta["labels"][SERVICE_LABEL])
+            by_service.setdefault(key, []).append(pod)
+    return {key: _endpoints(_by_name(pods)) for key, pods in by_service.items()}
 
 
 def ready_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[str, Any]]:
     """The Ready, non-terminating pods matching `selector` (with a pod IP), by name."""
-    pods = [pod for pod in engine_pods(client, namespace, selector) if _ready(pod)]
-    return sorted(pods, key=lambda p: p["metadata"]["name"])
+    return _by_name([pod for pod in engine_pods(client, namespace, selector) if _ready(pod)])
 
 
 def engine_url(pod: Mapping[str, Any]) -> str:
@@ -49,3 +64,11 @@ def _ready(pod: Mapping[str, Any]) -> bool:
         return False
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _by_name(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def _endpoints(pods: list[dict[str, Any]]) -> tuple[PodEndpoint, ...]:
+    return tuple(PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics") for pod in pods)
