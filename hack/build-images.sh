@@ -16,8 +16,10 @@
 #
 # Checks: every installed Python distribution is pinned (check-pins.py, in the build); the
 # operator image runs `--help` as a non-root user with a read-only root filesystem; the
-# engine-sim image answers `--help`; the CPU engine image imports vLLM and its CPU kernels
-# (vllm._C) and has the tiny model.
+# engine-sim image answers `--help`; the CPU engine image imports vLLM, loads its CPU kernels as
+# vLLM does (the build for this CPU's ISA: AVX2, AVX-512 or AVX-512 with BF16; importing
+# vllm._C, the last, dies of SIGILL on an AVX2-only CPU), finds one of its ops, and has the
+# tiny model.
 #
 #   hack/build-images.sh [operator|engine-sim|cpu-engine ...]   (default: all three)
 # Env: IMAGE_PREFIX (default tokenpilot/), CA_BUNDLE, PIP_CACHE (host paths).
@@ -93,7 +95,11 @@ smoke() {
     operator) "${run[@]}" --read-only "$tag" --help >/dev/null ;;
     engine-sim) "${run[@]}" --read-only "$tag" --help >/dev/null ;;
     cpu-engine) "${run[@]}" --read-only --tmpfs /tmp --entrypoint python "$tag" -c \
-      'import pathlib, vllm, vllm._C; pathlib.Path("/models/tiny/model.safetensors").open("rb").close()' ;;
+      'import pathlib, torch, vllm
+from vllm.platforms.cpu import CpuPlatform
+CpuPlatform.import_kernels()
+assert hasattr(torch.ops._C, "silu_and_mul"), "no vLLM CPU kernels"
+pathlib.Path("/models/tiny/model.safetensors").open("rb").close()' ;;
   esac
 }
 
