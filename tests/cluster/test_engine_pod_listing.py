@@ -11,29 +11,22 @@ from typing import Any
 
 import pytest
 
-from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.pods import ready_engine_pods_by_service
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.core.render import HTTP_PORT, SERVICE_LABEL
-from tokenpilot_lab.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually, make_namespace
 
 pytestmark = pytest.mark.cluster
 PODS = RESOURCES[("v1", "Pod")]
-NAMESPACES = "/api/v1/namespaces"
 SERVICE = "llama-8b"
 IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes it, Ready
 
 
 @pytest.fixture
-def second_namespace(client: KubeClient, namespace: str) -> Iterator[str]:
-    name = f"{namespace}-b"
-    client.request(
-        "POST",
-        NAMESPACES,
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-    )
-    yield name
-    client.request("DELETE", f"{NAMESPACES}/{name}")
+def second_namespace(k8s_api: Any, namespace: str) -> Iterator[str]:
+    with make_namespace(k8s_api, f"{namespace}-b") as name:
+        yield name
 
 
 def pod(name: str, labels: dict[str, str], node: str | None = None) -> dict[str, Any]:
@@ -49,17 +42,7 @@ def pod(name: str, labels: dict[str, str], node: str | None = None) -> dict[str,
 
 
 def create(client: KubeClient, namespace: str, body: dict[str, Any]) -> None:
-    def created() -> bool:
-        try:
-            client.request("POST", PODS.path(namespace), body=body)
-        except KubeError as error:
-            # A namespace's pods are refused until its default ServiceAccount exists.
-            if error.status == 403:
-                return False
-            raise
-        return True
-
-    eventually(created, timeout_s=30, what=f"pod {body['metadata']['name']} created")
+    client.request("POST", PODS.path(namespace), body=body)
 
 
 def names(

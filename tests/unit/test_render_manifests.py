@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tokenpilot.api.llmservice import BatchingSource, BoundKind, LLMService, SeqsSource
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION, selected_by
 from tokenpilot.core.render_plan import Plan, plan
 from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend
 
@@ -166,6 +166,15 @@ def test_owner_reference_and_labels() -> None:
         owner = manifest["metadata"]["ownerReferences"][0]
         assert owner["kind"] == "LLMService" and owner["uid"] == "uid-1" and owner["controller"]
         assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tokenpilot"
+
+
+@given(st.from_regex(r"[a-z]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True))
+def test_engine_pods_name_their_service_and_no_other(name: str) -> None:
+    """The autoscaler's shared pod listing finds each pod's service from its labels; the
+    rendered engine pods must name theirs, and a pod of no service names none."""
+    pod_labels = deployment(service(name))["spec"]["template"]["metadata"]["labels"]
+    assert selected_by(pod_labels) == name
+    assert selected_by({"app.kubernetes.io/name": name}) is None
 
 
 def test_pvc_source_mounts_the_claim() -> None:

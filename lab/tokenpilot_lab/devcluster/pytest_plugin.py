@@ -25,6 +25,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -146,12 +147,13 @@ def _namespace_name(node_name: str) -> str:
     return f"{slug or 'test'}-{secrets.token_hex(3)}"
 
 
-@pytest.fixture
-def namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+@contextmanager
+def make_namespace(k8s_api: Any, name: str) -> Iterator[str]:
+    """A namespace labelled as a test's, ready for pods (its default ServiceAccount exists);
+    deleted on exit."""
     from kubernetes import client
 
     core = client.CoreV1Api(k8s_api)
-    name = _namespace_name(request.node.name)
     core.create_namespace(
         client.V1Namespace(
             metadata=client.V1ObjectMeta(name=name, labels={"tokenpilot.dev/test": "1"})
@@ -165,6 +167,14 @@ def namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
         names = [sa.metadata.name for sa in accounts if sa.metadata is not None]
         return "default" in names
 
-    eventually(has_default_sa, timeout_s=30, what=f"service account default in {name}")
-    yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    try:
+        eventually(has_default_sa, timeout_s=30, what=f"service account default in {name}")
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    with make_namespace(k8s_api, _namespace_name(request.node.name)) as name:
+        yield name

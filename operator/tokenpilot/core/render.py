@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,11 @@ def labels(service: LLMService) -> dict[str, str]:
 def selector(service: LLMService) -> dict[str, str]:
     """The engine pods' selector; one label, so it never needs to change (it is immutable)."""
     return {SERVICE_LABEL: service.metadata.name}
+
+
+def selected_by(labels: Mapping[str, str]) -> str | None:
+    """The name of the LLMService whose `selector` picks a pod with these labels, if any."""
+    return labels.get(SERVICE_LABEL)
 
 
 def selector_string(service: LLMService) -> str:

@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenpilot.adapters.kube.client import KubeClient
+from tokenpilot.adapters.kube.llmservices import list_in
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.adapters.metrics.base import PodEndpoint
-from tokenpilot.core.render import HTTP_PORT, SERVICE_LABEL
+from tokenpilot.core.render import HTTP_PORT, SERVICE_LABEL, selected_by
 
 PODS = RESOURCES[("v1", "Pod")]
 
@@ -32,15 +33,12 @@ def ready_engine_pods_by_service(
     keyed by (namespace, service) and sorted by name: one listing per namespace, not one per
     service, so a round of the autoscaler costs the API server the same at 1 or 1,000 services."""
     by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    scopes: list[str | None] = [*namespaces] or [None]
-    for namespace in scopes:
-        listed = client.request("GET", PODS.path(namespace), query={"labelSelector": SERVICE_LABEL})
-        for pod in listed.get("items", []):
-            meta = pod.get("metadata", {})
-            if not _ready(pod):
-                continue
-            key = (meta.get("namespace") or namespace or "default", meta["labels"][SERVICE_LABEL])
-            by_service.setdefault(key, []).append(pod)
+    engines = list_in(client, PODS, namespaces, query={"labelSelector": SERVICE_LABEL})
+    for pod in filter(_ready, engines):
+        meta = pod["metadata"]
+        service = selected_by(meta.get("labels") or {})
+        if service is not None:
+            by_service.setdefault((meta["namespace"], service), []).append(pod)
     return {key: _endpoints(_by_name(pods)) for key, pods in by_service.items()}
 
 
