@@ -2,8 +2,8 @@
 
 The task starts with the operator (kopf.on.startup) and stops with it. Each round lists the
 LLMServices and the engine pods of the operator's namespaces, one listing each per namespace
-whatever the number of services, and evaluates, concurrently, every one with
-spec.autoscaling.enabled whose own `spec.autoscaling.interval` (5 s by default) has elapsed.
+whatever the number of services, and evaluates every one with spec.autoscaling.enabled whose
+own `spec.autoscaling.interval` (5 s by default) has elapsed, a bounded number at a time.
 No per-object daemon or timer: kopf would put its finalizer on every autoscaled object, and an
 LLMService could not be deleted while the operator is down. Deletion stays the garbage
 collector's job, as for the reconciler.
@@ -78,6 +78,12 @@ FALLBACK_INTERVAL_S = 5.0
 EVALUATION_TIMEOUT_S = 30.0
 # The longest the loop sleeps between listings, so a new service is seen this soon.
 MAX_IDLE_S = 2.0
+# How many evaluations a round runs at once. Their API calls share asyncio's thread pool (six
+# threads on two cores), so more at once only queue there: measured at 1,000 services with all
+# started together, each scraped, then waited up to 30 s for a thread to apply its status,
+# deciding on a stale reading and often timing out (docs/reliability.md, Soak). A bounded
+# evaluation scrapes, decides and applies in one go, and its time limit counts its own work.
+MAX_EVALUATIONS_UNDER_WAY = 32
 
 
 @dataclass(frozen=True)
@@ -262,13 +268,16 @@ class Evaluator:
     profile_of: Callable[[str], GPUProfile] | None = None
     loops: dict[tuple[str, str], ServiceLoop] = field(default_factory=dict)
     due_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
+    _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
     async def round(self) -> float:
-        """Evaluate every due service at once; returns the seconds until the next is due.
+        """Evaluate every due service, `max_under_way` at a time; returns the seconds until
+        the next is due.
 
-        The round waits for all of them. That bounds the work under way to one evaluation per
-        service: measured at 1,000 services, rounds that did not wait started evaluations
-        faster than the API calls behind them finished (docs/reliability.md, Soak)."""
+        The round waits for all of them: measured at 1,000 services, rounds that did not wait
+        started evaluations faster than the API calls behind them finished
+        (docs/reliability.md, Soak)."""
         clock = self.runtime.clock
         items = await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
         bodies = {
@@ -284,13 +293,26 @@ class Evaluator:
             pods = await asyncio.to_thread(
                 ready_engine_pods_by_service, self.client, self.namespaces
             )
-            waits = await asyncio.gather(
-                *(self._evaluate(key, bodies[key], pods.get(key, ())) for key in due)
-            )
+            waits = await self.evaluate_all([(key, bodies[key], pods.get(key, ())) for key in due])
             for key, wait_s in zip(due, waits, strict=True):
                 self.due_s[key] = now_s + wait_s
         next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - clock.monotonic_s()
         return max(0.0, min(next_s, MAX_IDLE_S))
+
+    async def evaluate_all(
+        self, due: Sequence[tuple[tuple[str, str], Mapping[str, Any], tuple[PodEndpoint, ...]]]
+    ) -> list[float]:
+        """Evaluate each (service, listed body, Ready pods), `max_under_way` at a time; the
+        seconds each asks to wait, in order."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_under_way)
+        slots = self._slots
+
+        async def bounded(key: tuple[str, str], body: Mapping[str, Any], pods: Any) -> float:
+            async with slots:
+                return await self._evaluate(key, body, pods)
+
+        return list(await asyncio.gather(*(bounded(*item) for item in due)))
 
     async def _evaluate(
         self, key: tuple[str, str], body: Mapping[str, Any], pods: tuple[PodEndpoint, ...]
