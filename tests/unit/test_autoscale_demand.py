@@ -1,14 +1,18 @@
-"""The demand forecast's memory: a burst counts for as long as the attainment target says."""
+"""The demand forecast: a burst counts for as long as the attainment target says, and only a
+trend the points prove is projected over the startup horizon."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale.demand import (
     MAX_MEMORY_S,
     LoadPoint,
     forecast,
     memory_s,
+    proven_slope,
     remember,
 )
 
@@ -65,3 +69,62 @@ def test_a_burst_outside_the_scale_down_window_still_counts_at_99_percent():
     assert prompt_rate_after_burst(400.0, attainment=0.9) < burst_rate / 10
     # Past the memory, forgotten at 99 % too.
     assert prompt_rate_after_burst(520.0, attainment=0.99) < burst_rate / 10
+
+
+HORIZON_S = 95.0
+
+
+def horizon_points(prompt_tokens_per_s: list[float]) -> list[LoadPoint]:
+    """One point per 5 s interval at the given prompt rates, one request per 1,000 tokens."""
+    return [
+        LoadPoint(
+            (index + 1) * INTERVAL_S,
+            INTERVAL_S,
+            prompt_tokens=rate * INTERVAL_S,
+            output_tokens=100.0,
+            requests=max(1.0, rate * INTERVAL_S / 1_000.0),
+        )
+        for index, rate in enumerate(prompt_tokens_per_s)
+    ]
+
+
+def test_a_burst_at_the_end_of_the_horizon_is_not_read_as_growth():
+    # 17 quiet intervals, then a burst in the last two: a least-squares slope reads it as a
+    # ramp and projects it over the whole horizon; it is the busy interval, held as such.
+    rates = [200.0] * 17 + [5_000.0, 5_000.0]
+    outlook = forecast(horizon_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0)
+    assert outlook is not None
+    assert outlook.growth_prompt_tokens_per_s == 0.0
+    assert outlook.demand.prompt_tokens_per_s == pytest.approx(5_000.0)
+
+
+def test_a_sustained_ramp_is_projected_over_the_horizon():
+    # From 10,000 to 28,000 prompt tokens/s over 90 s (200 per s each second), each interval
+    # off the line by up to 20 %: the forecast adds most of the 19,000 the next 95 s bring.
+    noise = [0.2, -0.15, 0.1, -0.2, 0.05, 0.18, -0.1, -0.05, 0.12, -0.18] * 2
+    rates = [(10_000.0 + 1_000.0 * i) * (1.0 + noise[i]) for i in range(19)]
+    outlook = forecast(horizon_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0)
+    assert outlook is not None
+    true_growth = 200.0 * HORIZON_S
+    assert 0.5 * true_growth <= outlook.growth_prompt_tokens_per_s <= 1.2 * true_growth
+
+
+@given(
+    n=st.integers(min_value=8, max_value=60),
+    intercept=st.floats(min_value=0.0, max_value=1e5),
+    slope=st.floats(min_value=-1e3, max_value=1e3),
+    outlier_at=st.integers(min_value=0, max_value=59),
+    outlier=st.floats(min_value=-1e6, max_value=1e6),
+)
+def test_one_outlier_on_a_line_leaves_the_proven_slope_at_the_line(
+    n: int, intercept: float, slope: float, outlier_at: int, outlier: float
+):
+    series = [(5.0 * i, intercept + slope * 5.0 * i) for i in range(n)]
+    series[outlier_at % n] = (5.0 * (outlier_at % n), outlier)
+    assert proven_slope(series) == pytest.approx(slope, rel=1e-6, abs=1e-6)
+
+
+def test_too_few_points_prove_no_trend():
+    assert proven_slope([]) == 0.0
+    assert proven_slope([(0.0, 0.0), (5.0, 10.0), (10.0, 20.0)]) == 0.0
+    assert proven_slope([(0.0, 0.0), (5.0, 10.0), (10.0, 20.0), (15.0, 30.0)]) == 2.0

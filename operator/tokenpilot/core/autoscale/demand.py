@@ -10,10 +10,14 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   prompt rate and weighted by the requests in them; the rate at which the weight reaches the
   attainment target is the one to keep up with (at 99 %, the interval holding the busiest 1 % of
   requests may be left to queue). The output rate is taken the same way.
-- **Trend.** A least-squares slope of the rates over the last `horizon_s` (the startup time),
-  positive part only, times the horizon: the growth that will have arrived by the time a
-  replica asked for now is Ready. A falling trend never lowers the forecast: a replica removed
-  too early costs a whole startup to bring back.
+- **Trend.** The growth the rates of the last `horizon_s` (the startup time) prove, times the
+  horizon: what will have arrived by the time a replica asked for now is Ready. The slope is
+  Theil-Sen's (the median of the slopes between every two points) taken at the lower bound of
+  its one-sided 95 % confidence interval, positive part only. A burst inside the horizon is a
+  few points whose pairwise slopes are outliers to that median, so it is not read as growth
+  (the busy interval above already holds it); a ramp moves most pairs and is projected. A
+  falling trend never lowers the forecast: a replica removed too early costs a whole startup
+  to bring back.
 - **Mix.** Mean prompt and output per request from the counters' totals over the lookback.
 - **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
   demand they have not seen, counted at the mean prompt as a rate that clears them within the
@@ -22,6 +26,7 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +38,9 @@ from tokenpilot.core.autoscale.capacity import Demand
 # 4.3 in mooncake-synthetic.jsonl. The engines' counters give the mean; the tail sets how busy
 # prefill may be (core.autoscale.capacity).
 TAIL_PROMPT_FACTOR = 4.0
+# How sure the forecast must be of a rising trend before it buys capacity for it: the normal
+# quantile of a one-sided 95 % confidence bound on the Theil-Sen slope.
+TREND_CONFIDENCE_Z = 1.645
 # The longest the forecast remembers (an attainment of 1 would otherwise remember forever):
 # past an hour the load follows the day's pattern, which the trend term tracks, not a burst.
 MAX_MEMORY_S = 3600.0
@@ -112,8 +120,8 @@ def forecast(
     mean_prompt, mean_output = prompt / requests, output / requests
     now_s = points[-1].at_s
     recent = [p for p in points if p.at_s > now_s - horizon_s]
-    growth_p = max(0.0, _slope([(p.at_s, p.prompt_tokens_per_s) for p in recent])) * horizon_s
-    growth_d = max(0.0, _slope([(p.at_s, p.output_tokens_per_s) for p in recent])) * horizon_s
+    growth_p = max(0.0, proven_slope([(p.at_s, p.prompt_tokens_per_s) for p in recent])) * horizon_s
+    growth_d = max(0.0, proven_slope([(p.at_s, p.output_tokens_per_s) for p in recent])) * horizon_s
     queued = mean_prompt / max(backlog_s, 1e-3)
     busy_p = _weighted_quantile(
         [(p.prompt_tokens_per_s + p.waiting * queued, p.requests + p.waiting) for p in points],
@@ -150,14 +158,25 @@ def _weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
     return max(v for v, _ in pairs)
 
 
-def _slope(series: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of y over t; 0 with fewer than three points."""
-    if len(series) < 3:
-        return 0.0
+def proven_slope(series: Sequence[tuple[float, float]]) -> float:
+    """The slope of y over t that the points prove: the lower one-sided confidence bound
+    (`TREND_CONFIDENCE_Z`) of the Theil-Sen estimator, the median of the slopes between every
+    two points. 0.0 with too few points to prove anything (fewer than four).
+
+    The bound is the order statistic of the sorted pairwise slopes at rank (N - C) / 2, with N
+    the number of pairs and C = z * sqrt(n (n - 1) (2n + 5) / 18), the standard deviation of
+    Kendall's S under no trend (Sen, "Estimates of the regression coefficient based on
+    Kendall's tau", JASA 1968). A few outlying points (a burst) move few of the N slopes; a
+    sustained ramp moves most of them."""
+    slopes = sorted(
+        (y2 - y1) / (t2 - t1)
+        for index, (t1, y1) in enumerate(series)
+        for t2, y2 in series[index + 1 :]
+        if t2 != t1
+    )
     n = len(series)
-    mean_t = sum(t for t, _ in series) / n
-    mean_y = sum(y for _, y in series) / n
-    var_t = sum((t - mean_t) ** 2 for t, _ in series)
-    if var_t <= 0:
+    spread = TREND_CONFIDENCE_Z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    rank = math.floor((len(slopes) - spread) / 2)
+    if not slopes or rank < 0:
         return 0.0
-    return sum((t - mean_t) * (y - mean_y) for t, y in series) / var_t
+    return slopes[rank]
