@@ -9,8 +9,10 @@ shorten it), and a step down that keeps every request on its own engine changes 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
+from _steps import LinearStep
 from autoscale_fleet import ITL_SLO_S, itl_quantile, replay_steady
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,8 @@ from tokenpilot.core.autoscale import (
     Reason,
     decide,
 )
+from tokenpilot.core.autoscale.capacity import ReplicaModel
+from tokenpilot.core.autoscale.demand import LoadPoint, forecast
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
 
@@ -154,8 +158,30 @@ def test_prefill_bound_only_when_no_request_shares_an_engine(observation, last_q
     if decision.reason_code is not Reason.prefill_bound:
         return
     event("prefill bound")
-    assert decision.desired_replicas <= observation.desired_replicas
+    assert decision.desired_replicas == observation.desired_replicas
     in_flight = observation.num_requests_running + observation.num_requests_waiting
     assert in_flight <= observation.num_pods_scraped
     assert observation.ttft.p99_s > TTFT_SLO_S and observation.itl.p99_s <= ITL_SLO_S
     assert not math.isnan(observation.ttft.p99_s)
+
+
+def test_with_a_capacity_model_a_step_down_during_a_prefill_bound_breach_says_what_it_is():
+    # The model's forecast needs one replica; four are running, each request on its own
+    # engine, and the P99 TTFT is over its SLO from prompt length, which no fleet size changes.
+    # The model's step down goes ahead as a step down (`ModelHeadroom`, naming the breach); it
+    # was once labelled a `PrefillBound` hold while it moved the replicas.
+    model = ReplicaModel(
+        LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=2.0
+    )
+    policy = replace(POLICY, replica_model=model)
+    light = [LoadPoint(5.0 * i, 5.0, 500.0, 50.0, 1.0) for i in range(1, 80)]
+    outlook = forecast(light, horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    assert outlook is not None and outlook.span_s >= policy.scale_down_stabilization_s
+    for ttft_p99_s in (2.4, 0.3):
+        observation = reading(4, running=2, ttft_p99_s=ttft_p99_s, at_s=400.0)
+        decision = decide(policy, History(), observation, 400.0, outlook)
+        assert decision.mode is Mode.scale_down
+        assert decision.reason_code is Reason.model_headroom
+        assert decision.desired_replicas < 4
+        bound_named = "more replicas cannot shorten one prefill" in decision.reason
+        assert bound_named == (ttft_p99_s > 2.0)

@@ -131,8 +131,7 @@ def _decide(
         if bound is None:
             return _scale_up(policy, history, observation, signals, now_s, model)
         return _prefill_hold(
-            _scale_down(policy, history, observation, signals, now_s, bound, model),
-            allow_down=model is None,
+            _scale_down(policy, history, observation, signals, now_s, bound, model)
         )
     if (signals.queue_spike_ratio or 0.0) > 1.0:
         return Decision(
@@ -564,14 +563,14 @@ def _model_step(
     )
 
 
-def _prefill_hold(decision: Decision, *, allow_down: bool) -> Decision:
-    """A TTFT breach replicas cannot fix: keep a step up, a step down (without a model: with
-    one, a step down needs every signal calm) or a partial-view hold as decided; turn every
-    other outcome into a `PrefillBound` hold (the calm window keeps running)."""
-    if (
-        decision.mode is Mode.scale_up
-        or (decision.mode is Mode.scale_down and allow_down)
-        or decision.reason_code is Reason.partial_scrape
+def _prefill_hold(decision: Decision) -> Decision:
+    """A TTFT breach replicas cannot fix: keep a step up, a step down or a partial-view hold
+    as decided; turn every other outcome into a `PrefillBound` hold (the calm window keeps
+    running). A step down stays one, with or without a capacity model: the breach is each
+    prompt's own prefill on an engine of its own, which no fleet size changes, and the step
+    down says so in its words."""
+    if decision.mode in (Mode.scale_up, Mode.scale_down) or (
+        decision.reason_code is Reason.partial_scrape
     ):
         return decision
     return replace(decision, mode=Mode.hold, reason_code=Reason.prefill_bound)
