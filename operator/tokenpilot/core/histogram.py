@@ -123,6 +123,18 @@ def bucket_upper_bound(bounds: Sequence[float], value: float) -> float:
     return ordered[index] if index < len(ordered) else math.inf
 
 
+def bucket_lower_bound(bounds: Sequence[float], value: float) -> float:
+    """The lower edge of the bucket `bucket_upper_bound` names (0.0 below the lowest bound): a
+    hard lower limit on the exact quantile when `value` came from `histogram_quantile`."""
+    if math.isnan(value):
+        return math.nan
+    ordered = sorted(bounds)
+    index = bisect.bisect_left(ordered, value)
+    if index >= len(ordered):
+        return ordered[-1] if ordered else 0.0
+    return ordered[index - 1] if index > 0 else 0.0
+
+
 def counter_increase(samples: Sequence[tuple[float, float]]) -> float:
     """Increase of a counter over `(time_s, value)` samples in time order, across resets."""
     increase = 0.0

@@ -11,7 +11,11 @@ The algorithm, in the order it is applied:
 3. Signals: ITL and TTFT = P99 / SLO (0.0 when the window had no traffic). The queue (waiting
    requests per scraped pod / target) counts as the smaller of this reading and the previous
    evaluation's, so a burst one engine clears between two scrapes moves nothing, and a backlog
-   acts within two intervals of appearing. Pressure is the largest counted ratio.
+   acts within two intervals of appearing. Pressure is the largest counted ratio. Where a
+   capacity model sizes the fleet, a P99 read over its SLO only by interpolation inside the
+   bucket that holds the SLO counts at the SLO: the bucket's edges cannot tell which side the
+   exact P99 is on, and acting on the guess scaled up and back down every few minutes on
+   smooth load. Without a model the interpolated P99 is the only scale-up signal and counts.
 4. Pressure above 1 scales up, proportionally: ceil(ready * pressure) replicas are needed.
    Replicas that are starting count as coming capacity, so if spec.replicas already covers the
    need the autoscaler waits for them instead of asking again. Outside panic the breach must
@@ -82,7 +86,9 @@ def _decide(
     model: ModelNeed | None,
 ) -> Decision:
     current = observation.desired_replicas
-    signals = _signals(policy, observation, history.last_queue_per_replica)
+    signals = _signals(
+        policy, observation, history.last_queue_per_replica, proven_only=model is not None
+    )
 
     if current < policy.min_replicas or current > policy.max_replicas:
         return _to_bounds(policy, history, signals, current, now_s)
@@ -147,8 +153,16 @@ def _decide(
 
 
 def _signals(
-    policy: AutoscalePolicy, observation: Observation, last_queue_per_replica: float | None
+    policy: AutoscalePolicy,
+    observation: Observation,
+    last_queue_per_replica: float | None,
+    *,
+    proven_only: bool = False,
 ) -> Signals:
+    """The signals of `observation`. With `proven_only` (a capacity model sizes the fleet) a
+    P99 over its SLO counts as a breach only where its bucket's edges prove it: a reading
+    interpolated inside a bucket that holds the SLO is counted at the SLO (see the module
+    docstring, 3)."""
     scraped = observation.num_pods_scraped
     waiting = observation.num_requests_waiting
     queue_per_replica = None
@@ -162,6 +176,10 @@ def _signals(
         queue_ratio = min(spike_ratio, (last_queue_per_replica or 0.0) / target)
     itl_p99_s, itl_ratio = _latency(observation.itl, policy.itl_p99_slo_s)
     ttft_p99_s, ttft_ratio = _latency(observation.ttft, policy.ttft_p99_slo_s)
+    unproven: list[tuple[str, float, float]] = []
+    if proven_only:
+        itl_ratio = _proven(observation.itl, policy.itl_p99_slo_s, itl_ratio, "ITL", unproven)
+        ttft_ratio = _proven(observation.ttft, policy.ttft_p99_slo_s, ttft_ratio, "TTFT", unproven)
     return Signals(
         ready_replicas=observation.ready_replicas,
         starting_replicas=max(0, observation.desired_replicas - observation.ready_replicas),
@@ -174,7 +192,26 @@ def _signals(
         ttft_p99_s=ttft_p99_s,
         ttft_ratio=ttft_ratio,
         kv_cache_usage=observation.kv_cache_usage,
+        unproven=tuple(unproven),
     )
+
+
+def _proven(
+    quantile: LatencyQuantile | None,
+    slo_s: float | None,
+    ratio: float | None,
+    name: str,
+    unproven: list[tuple[str, float, float]],
+) -> float | None:
+    """`ratio`, or 1.0 (at target, no breach) where it is over 1 only by interpolation inside
+    a bucket that holds the SLO; such readings go to `unproven` with their bucket's edges."""
+    if ratio is None or ratio <= 1.0 or slo_s is None or quantile is None:
+        return ratio
+    if not quantile.straddles(slo_s):
+        return ratio
+    assert quantile.lower_bound_s is not None and quantile.upper_bound_s is not None
+    unproven.append((name, quantile.lower_bound_s, quantile.upper_bound_s))
+    return 1.0
 
 
 def _latency(
@@ -679,5 +716,9 @@ def _describe(policy: AutoscalePolicy, signals: Signals) -> str:
         if slo_s is None:
             continue
         shown = "idle" if value is None and ratio == 0.0 else f"{value:.3f} s"
-        parts.append(f"P99 {name} {shown} (SLO {slo_s:g} s)")
+        edges = [(lo, hi) for unproven, lo, hi in signals.unproven if unproven == name]
+        doubt = "".join(
+            f"; its bucket {lo:g}-{hi:g} s holds the SLO: not provably over" for lo, hi in edges
+        )
+        parts.append(f"P99 {name} {shown} (SLO {slo_s:g} s{doubt})")
     return ", ".join(parts)

@@ -104,6 +104,10 @@ class Signals:
     ttft_p99_s: float | None = None
     ttft_ratio: float | None = None
     kv_cache_usage: float | None = None
+    # Latencies read over their SLO only by interpolation inside a bucket that holds the SLO
+    # (name, the bucket's lower and upper edge, s); counted at the SLO, and only where a
+    # capacity model sizes the fleet.
+    unproven: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def pressure(self) -> float:

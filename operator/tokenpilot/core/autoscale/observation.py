@@ -16,14 +16,16 @@ from dataclasses import dataclass
 class LatencyQuantile:
     """A P99 over the window, from histogram bucket deltas summed over the scraped pods.
 
-    `upper_bound_s` is the upper edge of the bucket that holds the P99: the exact P99 is never
-    above it. When a caller has no bucket edges (a simulator with exact samples) it may leave it
-    None and the estimate is used as its own bound.
+    `upper_bound_s` and `lower_bound_s` are the edges of the bucket that holds the P99: the
+    exact P99 is never above the one nor at or below the other. When a caller has no bucket
+    edges (a simulator with exact samples) it may leave them None and the estimate is used as
+    its own bound.
     """
 
     p99_s: float
     num_observations: float
     upper_bound_s: float | None = None
+    lower_bound_s: float | None = None
 
     @property
     def idle(self) -> bool:
@@ -41,6 +43,15 @@ class LatencyQuantile:
         if self.upper_bound_s is None or math.isnan(self.upper_bound_s):
             return self.p99_s
         return max(self.p99_s, self.upper_bound_s)
+
+    def straddles(self, slo_s: float) -> bool:
+        """Whether the P99's bucket holds `slo_s` strictly inside it: its edges cannot tell on
+        which side of the SLO the exact P99 lies (vLLM's TTFT buckets 1.0 and 2.5 s around a
+        2 s SLO), so an interpolated reading over the SLO proves no breach."""
+        lower, upper = self.lower_bound_s, self.upper_bound_s
+        if lower is None or upper is None or math.isnan(lower) or math.isnan(upper):
+            return False
+        return lower < slo_s < upper
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,7 +111,7 @@ def _latency(rings: Sequence[Ring], field: str) -> tuple[LatencyQuantile | None,
     if estimate.num_observations <= 0:
         return LatencyQuantile(math.nan, 0.0, None), window_s
     return LatencyQuantile(
-        estimate.value, estimate.num_observations, estimate.upper_bound
+        estimate.value, estimate.num_observations, estimate.upper_bound, estimate.lower_bound
     ), window_s
 
 
