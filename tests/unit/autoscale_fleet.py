@@ -27,6 +27,15 @@ from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 
 ITL_SLO_S = 0.05
+TTFT_SLO_S = 2.0
+# A service with both SLOs; the TTFT's sits inside vLLM's 1.0-2.5 s bucket.
+TTFT_POLICY = AutoscalePolicy(
+    min_replicas=1,
+    max_replicas=64,
+    itl_p99_slo_s=ITL_SLO_S,
+    ttft_p99_slo_s=TTFT_SLO_S,
+    scale_down_stabilization_s=60.0,
+)
 
 
 def itl_quantile(p99_s: float, num_observations: float = 1000.0) -> LatencyQuantile:

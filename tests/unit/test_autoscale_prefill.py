@@ -13,12 +13,11 @@ from dataclasses import replace
 
 import pytest
 from _steps import LinearStep
-from autoscale_fleet import ITL_SLO_S, itl_quantile, replay_steady
+from autoscale_fleet import ITL_SLO_S, TTFT_POLICY, TTFT_SLO_S, itl_quantile, replay_steady
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
-    AutoscalePolicy,
     History,
     LatencyQuantile,
     Mode,
@@ -31,14 +30,7 @@ from tokenpilot.core.autoscale.demand import LoadPoint, forecast
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
 
-TTFT_SLO_S = 2.0
-POLICY = AutoscalePolicy(
-    min_replicas=1,
-    max_replicas=64,
-    itl_p99_slo_s=ITL_SLO_S,
-    ttft_p99_slo_s=TTFT_SLO_S,
-    scale_down_stabilization_s=60.0,
-)
+POLICY = TTFT_POLICY
 INTERVAL_S = 5.0
 
 

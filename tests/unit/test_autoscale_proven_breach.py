@@ -13,12 +13,11 @@ import math
 from dataclasses import replace
 
 from _steps import LinearStep
-from autoscale_fleet import ITL_SLO_S, itl_quantile
+from autoscale_fleet import ITL_SLO_S, TTFT_POLICY, itl_quantile
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
-    AutoscalePolicy,
     History,
     LatencyQuantile,
     Mode,
@@ -31,14 +30,7 @@ from tokenpilot.core.autoscale.demand import Forecast, LoadPoint, forecast
 from tokenpilot.core.histogram import bucket_lower_bound, bucket_upper_bound, quantile
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
 
-TTFT_SLO_S = 2.0
-POLICY = AutoscalePolicy(
-    min_replicas=1,
-    max_replicas=64,
-    itl_p99_slo_s=ITL_SLO_S,
-    ttft_p99_slo_s=TTFT_SLO_S,
-    scale_down_stabilization_s=60.0,
-)
+POLICY = TTFT_POLICY
 MODEL = ReplicaModel(
     LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=2.0
 )
