@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from _steps import LinearStep
+
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
     Decision,
@@ -23,6 +25,7 @@ from tokenpilot.core.autoscale import (
     Observation,
     decide,
 )
+from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 
@@ -35,6 +38,11 @@ TTFT_POLICY = AutoscalePolicy(
     itl_p99_slo_s=ITL_SLO_S,
     ttft_p99_slo_s=TTFT_SLO_S,
     scale_down_stabilization_s=60.0,
+)
+# A replica the capacity model prices with a linear step (5 ms plus 30 us per token), for
+# TTFT_POLICY's SLOs.
+TTFT_REPLICA_MODEL = ReplicaModel(
+    LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=TTFT_SLO_S
 )
 
 

@@ -12,8 +12,14 @@ import math
 from dataclasses import replace
 
 import pytest
-from _steps import LinearStep
-from autoscale_fleet import ITL_SLO_S, TTFT_POLICY, TTFT_SLO_S, itl_quantile, replay_steady
+from autoscale_fleet import (
+    ITL_SLO_S,
+    TTFT_POLICY,
+    TTFT_REPLICA_MODEL,
+    TTFT_SLO_S,
+    itl_quantile,
+    replay_steady,
+)
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +31,6 @@ from tokenpilot.core.autoscale import (
     Reason,
     decide,
 )
-from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.demand import LoadPoint, forecast
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
@@ -162,10 +167,7 @@ def test_with_a_capacity_model_a_step_down_during_a_prefill_bound_breach_says_wh
     # engine, and the P99 TTFT is over its SLO from prompt length, which no fleet size changes.
     # The model's step down goes ahead as a step down (`ModelHeadroom`, naming the breach); it
     # was once labelled a `PrefillBound` hold while it moved the replicas.
-    model = ReplicaModel(
-        LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=2.0
-    )
-    policy = replace(POLICY, replica_model=model)
+    policy = replace(POLICY, replica_model=TTFT_REPLICA_MODEL)
     light = [LoadPoint(5.0 * i, 5.0, 500.0, 50.0, 1.0) for i in range(1, 80)]
     outlook = forecast(light, horizon_s=95.0, attainment=0.99, backlog_s=2.0)
     assert outlook is not None and outlook.span_s >= policy.scale_down_stabilization_s

@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from _steps import LinearStep
-from autoscale_fleet import ITL_SLO_S, TTFT_POLICY, itl_quantile
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, itl_quantile
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,25 +24,18 @@ from tokenpilot.core.autoscale import (
     Reason,
     decide,
 )
-from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.demand import Forecast, LoadPoint, forecast
-from tokenpilot.core.histogram import bucket_lower_bound, bucket_upper_bound, quantile
+from tokenpilot.core.histogram import bucket_edges, quantile
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
 
 POLICY = TTFT_POLICY
-MODEL = ReplicaModel(
-    LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=2.0
-)
+MODEL = TTFT_REPLICA_MODEL
 
 
 def ttft_read_by_prometheus(p99_s: float) -> LatencyQuantile:
     """What the Prometheus source makes of `histogram_quantile`'s answer."""
-    return LatencyQuantile(
-        p99_s,
-        200.0,
-        bucket_upper_bound(TTFT_BUCKETS_S, p99_s),
-        bucket_lower_bound(TTFT_BUCKETS_S, p99_s),
-    )
+    lower_s, upper_s = bucket_edges(TTFT_BUCKETS_S, p99_s)
+    return LatencyQuantile(p99_s, 200.0, upper_s, lower_s)
 
 
 def shared_engines(ttft_p99_s: float) -> Observation:
@@ -120,7 +112,7 @@ def test_the_prometheus_source_finds_the_edges_the_buckets_hold(
     estimate = quantile(0.99, buckets)
     if estimate.value in TTFT_BUCKETS_S:
         return  # at an edge the value names the bucket below; both agree on the exact P99 side
-    assert bucket_upper_bound(TTFT_BUCKETS_S, estimate.value) == estimate.upper_bound or (
+    assert bucket_edges(TTFT_BUCKETS_S, estimate.value)[1] == estimate.upper_bound or (
         math.isinf(estimate.upper_bound)
     )
-    assert bucket_lower_bound(TTFT_BUCKETS_S, estimate.value) == estimate.lower_bound
+    assert bucket_edges(TTFT_BUCKETS_S, estimate.value)[0] == estimate.lower_bound

@@ -116,23 +116,19 @@ def bucket_upper_bound(bounds: Sequence[float], value: float) -> float:
     """The smallest bucket bound at or above `value`: a hard upper limit on the exact quantile
     when `value` came from `histogram_quantile` over those bounds (used for PromQL results).
     """
-    if math.isnan(value):
-        return math.nan
-    ordered = sorted(bounds)
-    index = bisect.bisect_left(ordered, value)
-    return ordered[index] if index < len(ordered) else math.inf
+    return bucket_edges(bounds, value)[1]
 
 
-def bucket_lower_bound(bounds: Sequence[float], value: float) -> float:
-    """The lower edge of the bucket `bucket_upper_bound` names (0.0 below the lowest bound): a
-    hard lower limit on the exact quantile when `value` came from `histogram_quantile`."""
+def bucket_edges(bounds: Sequence[float], value: float) -> tuple[float, float]:
+    """The lower and upper edge of the bucket that holds `value` (0.0 below the lowest bound,
+    +Inf above the highest): the exact quantile lies above the one and at or below the other
+    when `value` came from `histogram_quantile` over those bounds."""
     if math.isnan(value):
-        return math.nan
+        return math.nan, math.nan
     ordered = sorted(bounds)
     index = bisect.bisect_left(ordered, value)
-    if index >= len(ordered):
-        return ordered[-1] if ordered else 0.0
-    return ordered[index - 1] if index > 0 else 0.0
+    lower = ordered[index - 1] if index > 0 else 0.0
+    return lower, (ordered[index] if index < len(ordered) else math.inf)
 
 
 def counter_increase(samples: Sequence[tuple[float, float]]) -> float:

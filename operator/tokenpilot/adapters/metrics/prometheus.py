@@ -28,7 +28,7 @@ from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import METRICS_WINDOW_S, LatencyQuantile, Observation
 from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.dashboards.slo import SERVICE_LABELS
-from tokenpilot.core.histogram import bucket_lower_bound, bucket_upper_bound
+from tokenpilot.core.histogram import bucket_edges
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -263,6 +263,5 @@ def _latency(
     if count <= 0 or p99_s is None or math.isnan(p99_s):
         # rate() of an unchanged histogram is 0 in every bucket: quantile NaN, no traffic.
         return LatencyQuantile(math.nan, 0.0, None) if count <= 0 else None
-    return LatencyQuantile(
-        p99_s, count, bucket_upper_bound(bounds, p99_s), bucket_lower_bound(bounds, p99_s)
-    )
+    lower_s, upper_s = bucket_edges(bounds, p99_s)
+    return LatencyQuantile(p99_s, count, upper_s, lower_s)

@@ -178,8 +178,17 @@ def _signals(
     ttft_p99_s, ttft_ratio = _latency(observation.ttft, policy.ttft_p99_slo_s)
     unproven: list[tuple[str, float, float]] = []
     if proven_only:
-        itl_ratio = _proven(observation.itl, policy.itl_p99_slo_s, itl_ratio, "ITL", unproven)
-        ttft_ratio = _proven(observation.ttft, policy.ttft_p99_slo_s, ttft_ratio, "TTFT", unproven)
+        for name, quantile, slo_s in (
+            ("ITL", observation.itl, policy.itl_p99_slo_s),
+            ("TTFT", observation.ttft, policy.ttft_p99_slo_s),
+        ):
+            if _unproven(quantile, slo_s) and quantile is not None:
+                assert quantile.lower_bound_s is not None and quantile.upper_bound_s is not None
+                unproven.append((name, quantile.lower_bound_s, quantile.upper_bound_s))
+        # An unproven reading counts at its SLO: at target, no breach.
+        names = {name for name, _, _ in unproven}
+        itl_ratio = 1.0 if "ITL" in names else itl_ratio
+        ttft_ratio = 1.0 if "TTFT" in names else ttft_ratio
     return Signals(
         ready_replicas=observation.ready_replicas,
         starting_replicas=max(0, observation.desired_replicas - observation.ready_replicas),
@@ -196,22 +205,12 @@ def _signals(
     )
 
 
-def _proven(
-    quantile: LatencyQuantile | None,
-    slo_s: float | None,
-    ratio: float | None,
-    name: str,
-    unproven: list[tuple[str, float, float]],
-) -> float | None:
-    """`ratio`, or 1.0 (at target, no breach) where it is over 1 only by interpolation inside
-    a bucket that holds the SLO; such readings go to `unproven` with their bucket's edges."""
-    if ratio is None or ratio <= 1.0 or slo_s is None or quantile is None:
-        return ratio
-    if not quantile.straddles(slo_s):
-        return ratio
-    assert quantile.lower_bound_s is not None and quantile.upper_bound_s is not None
-    unproven.append((name, quantile.lower_bound_s, quantile.upper_bound_s))
-    return 1.0
+def _unproven(quantile: LatencyQuantile | None, slo_s: float | None) -> bool:
+    """Whether `quantile` reads over `slo_s` only by interpolation inside a bucket that holds
+    the SLO."""
+    if quantile is None or slo_s is None or not quantile.valid or quantile.idle:
+        return False
+    return quantile.p99_s > slo_s and quantile.straddles(slo_s)
 
 
 def _latency(
@@ -716,9 +715,10 @@ def _describe(policy: AutoscalePolicy, signals: Signals) -> str:
         if slo_s is None:
             continue
         shown = "idle" if value is None and ratio == 0.0 else f"{value:.3f} s"
-        edges = [(lo, hi) for unproven, lo, hi in signals.unproven if unproven == name]
         doubt = "".join(
-            f"; its bucket {lo:g}-{hi:g} s holds the SLO: not provably over" for lo, hi in edges
+            f"; its bucket {lo:g}-{hi:g} s holds the SLO: not provably over"
+            for unproven, lo, hi in signals.unproven
+            if unproven == name
         )
         parts.append(f"P99 {name} {shown} (SLO {slo_s:g} s{doubt})")
     return ", ".join(parts)
