@@ -13,7 +13,9 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
 - **Trend.** The growth the rates of the last `horizon_s` (the startup time) prove, times the
   horizon: what will have arrived by the time a replica asked for now is Ready. The slope is
   Theil-Sen's (the median of the slopes between every two points) taken at the lower bound of
-  its one-sided 95 % confidence interval, positive part only. A burst inside the horizon is a
+  its one-sided confidence interval, positive part only. The test is made at every evaluation,
+  so the level is set for the family of tests one horizon holds: a false ramp in at most 5 %
+  of horizons, not of evaluations (Bonferroni). A burst inside the horizon is a
   few points whose pairwise slopes are outliers to that median, so it is not read as growth
   (the busy interval above already holds it); a ramp moves most pairs and is projected. A
   falling trend never lowers the forecast: a replica removed too early costs a whole startup
@@ -29,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from tokenpilot.core.autoscale.capacity import Demand
 
@@ -38,9 +41,12 @@ from tokenpilot.core.autoscale.capacity import Demand
 # 4.3 in mooncake-synthetic.jsonl. The engines' counters give the mean; the tail sets how busy
 # prefill may be (core.autoscale.capacity).
 TAIL_PROMPT_FACTOR = 4.0
-# How sure the forecast must be of a rising trend before it buys capacity for it: the normal
-# quantile of a one-sided 95 % confidence bound on the Theil-Sen slope.
-TREND_CONFIDENCE_Z = 1.645
+# How often a level load may be read as a ramp, per startup horizon. The trend is tested at
+# every evaluation and the evaluations of one horizon share most of their points, so at 5 %
+# per evaluation a noisy level load shows a false ramp about once in 20 evaluations, each
+# buying replicas for a startup. The family of the horizon's k tests is held to 5 % instead
+# (Bonferroni: each at 5 % / k; z 2.45, 2.79 and 3.00 at 7, 19 and 37 points).
+TREND_FALSE_RAMP_PER_HORIZON = 0.05
 # The longest the forecast remembers (an attainment of 1 would otherwise remember forever):
 # past an hour the load follows the day's pattern, which the trend term tracks, not a burst.
 MAX_MEMORY_S = 3600.0
@@ -120,8 +126,11 @@ def forecast(
     mean_prompt, mean_output = prompt / requests, output / requests
     now_s = points[-1].at_s
     recent = [p for p in points if p.at_s > now_s - horizon_s]
-    growth_p = max(0.0, proven_slope([(p.at_s, p.prompt_tokens_per_s) for p in recent])) * horizon_s
-    growth_d = max(0.0, proven_slope([(p.at_s, p.output_tokens_per_s) for p in recent])) * horizon_s
+    z = trend_confidence_z(len(recent))
+    prompt_slope = proven_slope([(p.at_s, p.prompt_tokens_per_s) for p in recent], z=z)
+    output_slope = proven_slope([(p.at_s, p.output_tokens_per_s) for p in recent], z=z)
+    growth_p = max(0.0, prompt_slope) * horizon_s
+    growth_d = max(0.0, output_slope) * horizon_s
     queued = mean_prompt / max(backlog_s, 1e-3)
     busy_p = _weighted_quantile(
         [(p.prompt_tokens_per_s + p.waiting * queued, p.requests + p.waiting) for p in points],
@@ -158,10 +167,17 @@ def _weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
     return max(v for v, _ in pairs)
 
 
-def proven_slope(series: Sequence[tuple[float, float]]) -> float:
-    """The slope of y over t that the points prove: the lower one-sided confidence bound
-    (`TREND_CONFIDENCE_Z`) of the Theil-Sen estimator, the median of the slopes between every
-    two points. 0.0 with too few points to prove anything (fewer than four).
+def trend_confidence_z(num_tests: int) -> float:
+    """The normal quantile each of `num_tests` one-sided trend tests is made at, so that all of
+    them together read a level load as a ramp at most `TREND_FALSE_RAMP_PER_HORIZON` of the
+    time (Bonferroni: each at that rate over `num_tests`)."""
+    return NormalDist().inv_cdf(1.0 - TREND_FALSE_RAMP_PER_HORIZON / max(1, num_tests))
+
+
+def proven_slope(series: Sequence[tuple[float, float]], *, z: float) -> float:
+    """The slope of y over t that the points prove: the lower one-sided confidence bound, at
+    the normal quantile `z`, of the Theil-Sen estimator, the median of the slopes between every
+    two points. 0.0 with too few points to prove anything at that level.
 
     The bound is the order statistic of the sorted pairwise slopes at rank (N - C) / 2, with N
     the number of pairs and C = z * sqrt(n (n - 1) (2n + 5) / 18), the standard deviation of
@@ -175,7 +191,7 @@ def proven_slope(series: Sequence[tuple[float, float]]) -> float:
         if t2 != t1
     )
     n = len(series)
-    spread = TREND_CONFIDENCE_Z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
     rank = math.floor((len(slopes) - spread) / 2)
     if not slopes or rank < 0:
         return 0.0
