@@ -503,6 +503,7 @@ class ModelNeed:
     # The forecast has seen a whole scale-down window: only then may it claim that window's
     # busiest interval, and so a smaller fleet.
     can_shrink: bool
+    seen_s: float
 
 
 def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed | None:
@@ -524,7 +525,9 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         )
         + f") need {replicas} replicas by the step model{limit}"
     )
-    return ModelNeed(replicas, words, outlook.span_s >= policy.scale_down_stabilization_s)
+    return ModelNeed(
+        replicas, words, outlook.span_s >= policy.scale_down_stabilization_s, outlook.span_s
+    )
 
 
 def _model_step(
@@ -560,12 +563,17 @@ def _model_step(
             signals,
             replace(quiet, last_scale_up_s=now_s),
         )
-    if model.replicas == current or not model.can_shrink:
+    if model.replicas == current:
+        return Decision(
+            current, Mode.steady, Reason.within_targets, f"{figures}; {model.words}", signals, quiet
+        )
+    if not model.can_shrink:
         return Decision(
             current,
             Mode.steady,
-            Reason.within_targets,
-            f"{figures}; {model.words}",
+            Reason.stabilizing,
+            f"{figures}; {model.words}, but the forecast has seen {model.seen_s:.0f} s of the "
+            f"{policy.scale_down_stabilization_s:g} s scale-down window: keeping {current}",
             signals,
             quiet,
         )
