@@ -24,6 +24,7 @@ import yaml
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import model_preset
+from tokenpilot.core.calibration.grid import burst_steps
 from tokenpilot.core.profiles import MeasuredInterference
 from tokenpilot.core.roofline import PrefillChunk, step_floor_s, step_work
 from tokenpilot.core.steptime import step_time_model
@@ -35,19 +36,10 @@ DECODE_CONTEXT_TOKENS = 1024
 def packed_steps(
     num_decodes: int, num_prefill: int, prefill_len: int, budget: int
 ) -> list[list[PrefillChunk]]:
-    """The burst's prefill chunks per step: FCFS, each step filling the budget after decodes."""
-    done = [0] * num_prefill
-    steps, i = [], 0
-    while i < num_prefill:
-        room, chunks = budget - num_decodes, []
-        while room > 0 and i < num_prefill:
-            take = min(room, prefill_len - done[i])
-            chunks.append(PrefillChunk(take, done[i]))
-            done[i] += take
-            room -= take
-            i += done[i] == prefill_len
-        steps.append(chunks)
-    return steps
+    """The burst's prefill chunks per step, as the engine schedules them (FCFS, each step
+    filling the budget after the decodes)."""
+    steps = burst_steps(num_decodes, 0, [prefill_len] * num_prefill, budget)
+    return [list(step.prefill_chunks) for step in steps]
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ from tokenpilot.adapters.interference import (
     run_probe,
 )
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.core.calibration.grid import burst_steps
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepTimeModel
@@ -92,17 +93,10 @@ def model_pct(model: StepTimeModel, budget: int, num_prefill: int, prefill_len: 
     # The decodes have produced about this many tokens by the time the burst comes.
     decode_context = NUM_DECODE * (DECODE_PROMPT_LEN + 128)
     base_s = model.iteration_s(NUM_DECODE, decode_context)
-    done = [0] * num_prefill
-    steps_s, i = [], 0
-    while i < num_prefill:
-        room, chunks = budget - NUM_DECODE, []
-        while room > 0 and i < num_prefill:
-            take = min(room, prefill_len - done[i])
-            chunks.append(PrefillChunk(take, done[i]))
-            done[i] += take
-            room -= take
-            i += done[i] == prefill_len
-        steps_s.append(model.iteration_s(NUM_DECODE, decode_context, chunks))
+    steps_s = [
+        model.iteration_s(step.num_decode, step.decode_context_tokens, step.prefill_chunks)
+        for step in burst_steps(NUM_DECODE, decode_context, [prefill_len] * num_prefill, budget)
+    ]
     slowed = [s for s in steps_s if s > base_s * 1.05] or steps_s
     return (sum(slowed) / len(slowed) / base_s - 1) * 100
 
