@@ -10,6 +10,10 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   prompt rate and weighted by the requests in them; the rate at which the weight reaches the
   attainment target is the one to keep up with (at 99 %, the interval holding the busiest 1 % of
   requests may be left to queue). The output rate is taken the same way.
+- **On the load of now.** A burst comes back on the load of its day, so before the busy
+  interval is read each remembered rate is moved along the trend the whole memory proves
+  (`at_present_level`), to the present: on a level load, bursts included, nothing moves; on
+  an evening's decline the morning's rates stop holding the fleet for the whole memory.
 - **Trend.** The growth the rates of the last `horizon_s` (the startup time) prove, times the
   horizon: what will have arrived by the time a replica asked for now is Ready. The slope is
   Theil-Sen's (the median of the slopes between every two points) taken at the lower bound of
@@ -18,8 +22,8 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   of horizons, not of evaluations (Bonferroni). A burst inside the horizon is a
   few points whose pairwise slopes are outliers to that median, so it is not read as growth
   (the busy interval above already holds it); a ramp moves most pairs and is projected. A
-  falling trend never lowers the forecast: a replica removed too early costs a whole startup
-  to bring back.
+  falling trend is not projected past the present: a replica removed too early costs a whole
+  startup to bring back.
 - **Mix.** Mean prompt and output per request from the counters' totals over the lookback.
 - **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
   demand they have not seen, counted at the mean prompt as a rate that clears them within the
@@ -132,13 +136,15 @@ def forecast(
     growth_p = max(0.0, prompt_slope) * horizon_s
     growth_d = max(0.0, output_slope) * horizon_s
     queued = mean_prompt / max(backlog_s, 1e-3)
-    busy_p = _weighted_quantile(
-        [(p.prompt_tokens_per_s + p.waiting * queued, p.requests + p.waiting) for p in points],
-        attainment,
+    # The memory's test is made at every evaluation, over points its evaluations share.
+    memory_z = trend_confidence_z(len(points))
+    prompt_rates = at_present_level(
+        [(p.at_s, p.prompt_tokens_per_s + p.waiting * queued) for p in points], z=memory_z
     )
-    busy_d = _weighted_quantile(
-        [(p.output_tokens_per_s, p.requests + p.waiting) for p in points], attainment
-    )
+    output_rates = at_present_level([(p.at_s, p.output_tokens_per_s) for p in points], z=memory_z)
+    weights = [p.requests + p.waiting for p in points]
+    busy_p = _weighted_quantile(list(zip(prompt_rates, weights, strict=True)), attainment)
+    busy_d = _weighted_quantile(list(zip(output_rates, weights, strict=True)), attainment)
 
     def demand(prompt_per_s: float, output_per_s: float) -> Demand:
         return Demand(
@@ -152,6 +158,22 @@ def forecast(
         num_points=len(points),
         span_s=span_s,
     )
+
+
+def at_present_level(series: Sequence[tuple[float, float]], *, z: float) -> list[float]:
+    """Each rate of `series` moved along the trend the whole series proves, to the last point's
+    time: its height over the load around it, on the load of now.
+
+    The slope is the Theil-Sen bound nearest zero at `z` (the lower bound of a rise, the upper
+    bound of a decline; nothing where neither is proven). A burst is a few points and proves no
+    trend, so on a level load every rate is kept as read; a load that halved over the memory
+    (an evening) does not keep the fleet of its morning for the whole memory."""
+    if not series:
+        return []
+    lower, upper = slope_bounds(series, z=z)
+    slope = lower if lower > 0.0 else min(0.0, upper)
+    now_s = series[-1][0]
+    return [max(0.0, y + slope * (now_s - t)) for t, y in series]
 
 
 def _weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
@@ -177,13 +199,19 @@ def trend_confidence_z(num_tests: int) -> float:
 def proven_slope(series: Sequence[tuple[float, float]], *, z: float) -> float:
     """The slope of y over t that the points prove: the lower one-sided confidence bound, at
     the normal quantile `z`, of the Theil-Sen estimator, the median of the slopes between every
-    two points. 0.0 with too few points to prove anything at that level.
+    two points. 0.0 with too few points to prove anything at that level."""
+    return slope_bounds(series, z=z)[0]
 
-    The bound is the order statistic of the sorted pairwise slopes at rank (N - C) / 2, with N
-    the number of pairs and C = z * sqrt(n (n - 1) (2n + 5) / 18), the standard deviation of
-    Kendall's S under no trend (Sen, "Estimates of the regression coefficient based on
-    Kendall's tau", JASA 1968). A few outlying points (a burst) move few of the N slopes; a
-    sustained ramp moves most of them."""
+
+def slope_bounds(series: Sequence[tuple[float, float]], *, z: float) -> tuple[float, float]:
+    """The lower and upper one-sided confidence bounds, each at the normal quantile `z`, of the
+    Theil-Sen slope of y over t; (0.0, 0.0) with too few points to bound it at that level.
+
+    The lower bound is the order statistic of the sorted pairwise slopes at rank (N - C) / 2,
+    the upper one the same rank from the top, with N the number of pairs and
+    C = z * sqrt(n (n - 1) (2n + 5) / 18), the standard deviation of Kendall's S under no trend
+    (Sen, "Estimates of the regression coefficient based on Kendall's tau", JASA 1968). A few
+    outlying points (a burst) move few of the N slopes; a sustained ramp moves most of them."""
     slopes = sorted(
         (y2 - y1) / (t2 - t1)
         for index, (t1, y1) in enumerate(series)
@@ -194,5 +222,5 @@ def proven_slope(series: Sequence[tuple[float, float]], *, z: float) -> float:
     spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
     rank = math.floor((len(slopes) - spread) / 2)
     if not slopes or rank < 0:
-        return 0.0
-    return slopes[rank]
+        return 0.0, 0.0
+    return slopes[rank], slopes[len(slopes) - 1 - rank]

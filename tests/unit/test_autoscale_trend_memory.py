@@ -1,0 +1,124 @@
+"""The forecast's memory is read against the trend the whole memory proves: a busy interval
+counts by its height over the load around it, brought to the present load, so a proven
+decline lets the fleet follow the load down and a burst on a level load is remembered as
+before."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tokenpilot.core.autoscale.demand import (
+    LoadPoint,
+    forecast,
+    memory_s,
+    proven_slope,
+    trend_confidence_z,
+)
+
+INTERVAL_S = 5.0
+PROMPT_TOKENS_PER_REQUEST = 1_000.0
+MEMORY_S = memory_s(
+    scale_down_window_s=300.0, startup_s=90.0, interval_s=INTERVAL_S, attainment=0.99
+)
+POINTS_PER_MEMORY = round(MEMORY_S / INTERVAL_S)  # 100
+
+
+def points_at(prompt_tokens_per_s: list[float]) -> list[LoadPoint]:
+    """One point per 5 s interval at the given prompt rates, one request per 1,000 tokens."""
+    return [
+        LoadPoint(
+            (index + 1) * INTERVAL_S,
+            INTERVAL_S,
+            prompt_tokens=rate * INTERVAL_S,
+            output_tokens=100.0,
+            requests=max(1.0, rate * INTERVAL_S / PROMPT_TOKENS_PER_REQUEST),
+        )
+        for index, rate in enumerate(prompt_tokens_per_s)
+    ]
+
+
+def busy_prompt_rate(rates: list[float]) -> float:
+    outlook = forecast(points_at(rates), horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    assert outlook is not None
+    return outlook.demand.prompt_tokens_per_s
+
+
+def request_weighted_99th(rates: list[float]) -> float:
+    """The busy rate read from the raw rates: the one where the requests reach 99 %."""
+    weighted = sorted(
+        (rate, max(1.0, rate * INTERVAL_S / PROMPT_TOKENS_PER_REQUEST)) for rate in rates
+    )
+    total = sum(weight for _, weight in weighted)
+    running = 0.0
+    for rate, weight in weighted:
+        running += weight
+        if running >= 0.99 * total - 1e-9:
+            return rate
+    return weighted[-1][0]
+
+
+def noisy(level: list[float], spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [value * (1.0 + spread * rng.uniform(-1.0, 1.0)) for value in level]
+
+
+def test_a_proven_decline_lets_the_busy_rate_follow_the_load_down():
+    # The load halves over the memory (a day's evening), each interval off its line by up to
+    # 10 %. Read as rates, the busiest 1 % of requests are the oldest: over 19,000 prompt
+    # tokens/s against 10,000 now. Against the decline (its bound nearest zero, so a little
+    # less than the true one), each is its height over the line, on today's load.
+    line = [20_000.0 - 10_000.0 * i / (POINTS_PER_MEMORY - 1) for i in range(POINTS_PER_MEMORY)]
+    rates = noisy(line, 0.1, seed=3)
+    assert request_weighted_99th(rates) > 19_000.0
+    assert 10_000.0 <= busy_prompt_rate(rates) <= 13_500.0
+
+
+def test_an_earlier_burst_counts_by_its_height_over_the_load_it_rode_on():
+    # On a load that doubled over the memory, a burst of +8,000 over the line 400 s ago is
+    # remembered as +8,000 over today's load, not as the 14,000 it read then.
+    line = [5_000.0 + 5_000.0 * i / (POINTS_PER_MEMORY - 1) for i in range(POINTS_PER_MEMORY)]
+    rates = noisy(line, 0.05, seed=5)
+    burst_at = 20
+    rates[burst_at] = line[burst_at] + 8_000.0
+    rates[burst_at + 1] = line[burst_at + 1] + 8_000.0
+    assert request_weighted_99th(rates) < 15_000.0
+    assert busy_prompt_rate(rates) >= 0.95 * (line[-1] + 8_000.0)
+
+
+def test_a_burst_on_a_level_load_is_remembered_whole():
+    # Nothing is proven: the burst 400 s ago is the busy rate, as it was.
+    rates = noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=9)
+    rates[20] = rates[21] = 60_000.0
+    assert busy_prompt_rate(rates) == pytest.approx(60_000.0)
+
+
+def test_a_burst_out_of_a_silence_is_no_decline():
+    # The development trace's largest bursts come after silences (50 s of none before the
+    # 860 s burst of Azure code x2): the pairs through a few silent points prove nothing.
+    rates = [10_000.0] * 60 + [0.0] * 10 + [90_000.0, 90_000.0] + [10_000.0] * 28
+    assert busy_prompt_rate(rates) == pytest.approx(90_000.0)
+
+
+def declines_read_on_level_load(seed: int) -> float:
+    """The share of evaluations whose memory (100 intervals of a level load, 30 % noise) reads
+    a decline at the memory's level."""
+    rng = random.Random(seed)
+    series = [
+        (INTERVAL_S * index, 1_000.0 * (1.0 + 0.3 * rng.gauss(0.0, 1.0)))
+        for index in range(POINTS_PER_MEMORY * 4)
+    ]
+    z = trend_confidence_z(POINTS_PER_MEMORY)
+    reads = [
+        proven_slope([(t, -y) for t, y in series[end - POINTS_PER_MEMORY : end]], z=z) > 0.0
+        for end in range(POINTS_PER_MEMORY, len(series) + 1)
+    ]
+    return sum(reads) / len(reads)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_level_load_is_read_as_declining_in_few_evaluations(seed: int):
+    # The test runs at every evaluation over points the memory's evaluations share; its level
+    # is set for that family, as the trend's is for a horizon's.
+    assert declines_read_on_level_load(seed) <= 0.05
