@@ -6,14 +6,17 @@ before."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, itl_quantile
 
+from tokenpilot.core.autoscale import History, LatencyQuantile, Observation, decide
 from tokenpilot.core.autoscale.demand import (
     LoadPoint,
     forecast,
     memory_s,
-    proven_slope,
+    memory_trend,
     trend_confidence_z,
 )
 
@@ -101,24 +104,65 @@ def test_a_burst_out_of_a_silence_is_no_decline():
     assert busy_prompt_rate(rates) == pytest.approx(90_000.0)
 
 
-def declines_read_on_level_load(seed: int) -> float:
-    """The share of evaluations whose memory (100 intervals of a level load, 30 % noise) reads
-    a decline at the memory's level."""
+def moves_read_on_level_load(seed: int, points_per_memory: int) -> float:
+    """The share of evaluations whose memory (`points_per_memory` intervals of a level load,
+    30 % noise) moves its rates, at the memory's level."""
     rng = random.Random(seed)
     series = [
-        (INTERVAL_S * index, 1_000.0 * (1.0 + 0.3 * rng.gauss(0.0, 1.0)))
-        for index in range(POINTS_PER_MEMORY * 4)
+        (INTERVAL_S * index, max(0.0, 1_000.0 * (1.0 + 0.3 * rng.gauss(0.0, 1.0))))
+        for index in range(points_per_memory * 4)
     ]
-    z = trend_confidence_z(POINTS_PER_MEMORY)
-    reads = [
-        proven_slope([(t, -y) for t, y in series[end - POINTS_PER_MEMORY : end]], z=z) > 0.0
-        for end in range(POINTS_PER_MEMORY, len(series) + 1)
+    z = trend_confidence_z(points_per_memory)
+    moved = [
+        memory_trend(memory, z=z) != 0.0
+        for memory in (
+            series[end - points_per_memory : end]
+            for end in range(points_per_memory, len(series) + 1)
+        )
     ]
-    return sum(reads) / len(reads)
+    return sum(moved) / len(moved)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_level_load_is_read_as_declining_in_few_evaluations(seed: int):
+@pytest.mark.parametrize("points_per_memory", [POINTS_PER_MEMORY, 300])  # 5 s and 1 s intervals
+def test_a_level_load_is_read_as_a_trend_in_few_evaluations(seed: int, points_per_memory: int):
     # The test runs at every evaluation over points the memory's evaluations share; its level
-    # is set for that family, as the trend's is for a horizon's.
-    assert declines_read_on_level_load(seed) <= 0.05
+    # is set for that family, as the trend's is for a horizon's. At a 1 s interval the memory's
+    # 300 points are averaged into runs of three first.
+    assert moves_read_on_level_load(seed, points_per_memory) <= 0.05
+
+
+def test_the_status_names_the_trend_the_memory_was_read_on():
+    # The words beside the replicas say the busy rate is not the one read 500 s ago.
+    line = [20_000.0 - 10_000.0 * i / (POINTS_PER_MEMORY - 1) for i in range(POINTS_PER_MEMORY)]
+    falling = forecast(
+        points_at(noisy(line, 0.1, seed=3)), horizon_s=95.0, attainment=0.99, backlog_s=2.0
+    )
+    level = forecast(
+        points_at(noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=3)),
+        horizon_s=95.0,
+        attainment=0.99,
+        backlog_s=2.0,
+    )
+    assert falling is not None and level is not None
+    policy = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)
+    decision = decide(policy, History(), observation(), 600.0, falling)
+    assert "on the load of now, which fell" in decision.reason
+    assert "prompt tokens/s over it" in decision.reason
+    decision = decide(policy, History(), observation(), 600.0, level)
+    assert "on the load of now" not in decision.reason
+
+
+def observation() -> Observation:
+    return Observation(
+        observed_at_s=600.0,
+        desired_replicas=12,
+        ready_replicas=12,
+        num_pods_expected=12,
+        num_pods_scraped=12,
+        num_requests_waiting=0.0,
+        num_requests_running=3.0,
+        itl=itl_quantile(0.012),
+        ttft=LatencyQuantile(0.3, 100.0, 0.5, 0.25),
+        window_s=30.0,
+    )

@@ -519,6 +519,11 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         f"{demand.output_tokens_per_s:,.0f} output tokens/s "
         f"(busiest {policy.attainment:.0%} of the last {outlook.span_s:.0f} s"
         + (
+            f" on the load of now, which {_trend_words(outlook)}"
+            if outlook.memory_trend_prompt_tokens_per_s2
+            else ""
+        )
+        + (
             f", +{outlook.growth_prompt_tokens_per_s:,.0f} prompt tokens/s of growth"
             if outlook.growth_prompt_tokens_per_s > 0
             else ""
@@ -528,6 +533,12 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
     return ModelNeed(
         replicas, words, outlook.span_s >= policy.scale_down_stabilization_s, outlook.span_s
     )
+
+
+def _trend_words(outlook: Forecast) -> str:
+    slope = outlook.memory_trend_prompt_tokens_per_s2
+    way = "rose" if slope > 0 else "fell"
+    return f"{way} {abs(slope) * outlook.span_s:,.0f} prompt tokens/s over it"
 
 
 def _model_step(

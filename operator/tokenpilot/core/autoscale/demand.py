@@ -12,8 +12,9 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   requests may be left to queue). The output rate is taken the same way.
 - **On the load of now.** A burst comes back on the load of its day, so before the busy
   interval is read each remembered rate is moved along the trend the whole memory proves
-  (`at_present_level`), to the present: on a level load, bursts included, nothing moves; on
-  an evening's decline the morning's rates stop holding the fleet for the whole memory.
+  (`memory_trend`, `at_present_level`), to the present: on a level load, bursts included,
+  nothing moves; on an evening's decline the morning's rates stop holding the fleet for the
+  whole memory.
 - **Trend.** The growth the rates of the last `horizon_s` (the startup time) prove, times the
   horizon: what will have arrived by the time a replica asked for now is Ready. The slope is
   Theil-Sen's (the median of the slopes between every two points) taken at the lower bound of
@@ -51,6 +52,11 @@ TAIL_PROMPT_FACTOR = 4.0
 # buying replicas for a startup. The family of the horizon's k tests is held to 5 % instead
 # (Bonferroni: each at 5 % / k; z 2.45, 2.79 and 3.00 at 7, 19 and 37 points).
 TREND_FALSE_RAMP_PER_HORIZON = 0.05
+# The memory's trend is a slow part of the load, so a memory of more intervals is averaged
+# into this many runs of consecutive ones before the pairwise slopes are taken: their number
+# grows with the square (4,950 at 100 points, about 1 ms; 44,850 at a 1 s interval's 300).
+# A 500 s memory of 5 s intervals is taken whole.
+MAX_TREND_POINTS = 100
 # The longest the forecast remembers (an attainment of 1 would otherwise remember forever):
 # past an hour the load follows the day's pattern, which the trend term tracks, not a burst.
 MAX_MEMORY_S = 3600.0
@@ -85,6 +91,9 @@ class Forecast:
     growth_prompt_tokens_per_s: float
     num_points: int
     span_s: float
+    # The prompt rate's trend over the whole memory, along which its rates were read on the
+    # load of now (tokens/s each second; 0.0 where none is proven).
+    memory_trend_prompt_tokens_per_s2: float = 0.0
 
 
 def memory_s(
@@ -138,10 +147,11 @@ def forecast(
     queued = mean_prompt / max(backlog_s, 1e-3)
     # The memory's test is made at every evaluation, over points its evaluations share.
     memory_z = trend_confidence_z(len(points))
-    prompt_rates = at_present_level(
-        [(p.at_s, p.prompt_tokens_per_s + p.waiting * queued) for p in points], z=memory_z
-    )
-    output_rates = at_present_level([(p.at_s, p.output_tokens_per_s) for p in points], z=memory_z)
+    prompt_series = [(p.at_s, p.prompt_tokens_per_s + p.waiting * queued) for p in points]
+    output_series = [(p.at_s, p.output_tokens_per_s) for p in points]
+    prompt_trend = memory_trend(prompt_series, z=memory_z)
+    prompt_rates = at_present_level(prompt_series, prompt_trend)
+    output_rates = at_present_level(output_series, memory_trend(output_series, z=memory_z))
     weights = [p.requests + p.waiting for p in points]
     busy_p = _weighted_quantile(list(zip(prompt_rates, weights, strict=True)), attainment)
     busy_d = _weighted_quantile(list(zip(output_rates, weights, strict=True)), attainment)
@@ -155,25 +165,38 @@ def forecast(
         demand=demand(busy_p + growth_p, busy_d + growth_d),
         level=demand(prompt / span_s, output / span_s),
         growth_prompt_tokens_per_s=growth_p,
+        memory_trend_prompt_tokens_per_s2=prompt_trend,
         num_points=len(points),
         span_s=span_s,
     )
 
 
-def at_present_level(series: Sequence[tuple[float, float]], *, z: float) -> list[float]:
-    """Each rate of `series` moved along the trend the whole series proves, to the last point's
-    time: its height over the load around it, on the load of now.
+def memory_trend(series: Sequence[tuple[float, float]], *, z: float) -> float:
+    """The slope of y over t the whole series proves: the Theil-Sen bound nearest zero at `z`
+    (the lower bound of a rise, the upper bound of a decline; 0.0 where neither is proven),
+    over the series averaged into runs of consecutive points where it is longer than
+    `MAX_TREND_POINTS`. A burst is a few points and proves no trend."""
+    lower, upper = slope_bounds(_coarsened(series, MAX_TREND_POINTS), z=z)
+    return lower if lower > 0.0 else min(0.0, upper)
 
-    The slope is the Theil-Sen bound nearest zero at `z` (the lower bound of a rise, the upper
-    bound of a decline; nothing where neither is proven). A burst is a few points and proves no
-    trend, so on a level load every rate is kept as read; a load that halved over the memory
-    (an evening) does not keep the fleet of its morning for the whole memory."""
+
+def at_present_level(series: Sequence[tuple[float, float]], slope: float) -> list[float]:
+    """Each rate of `series` moved along `slope` to the last point's time: its height over the
+    load around it, on the load of now. On a level load (slope 0) every rate is kept as read;
+    a load that halved over the memory (an evening) does not keep the fleet of its morning for
+    the whole memory."""
     if not series:
         return []
-    lower, upper = slope_bounds(series, z=z)
-    slope = lower if lower > 0.0 else min(0.0, upper)
     now_s = series[-1][0]
     return [max(0.0, y + slope * (now_s - t)) for t, y in series]
+
+
+def _coarsened(series: Sequence[tuple[float, float]], max_points: int) -> list[tuple[float, float]]:
+    """`series` as the means of runs of `len(series) // max_points` consecutive points (fewer
+    than twice `max_points` runs; a memory a point or two over it is not halved)."""
+    size = max(1, len(series) // max_points)
+    runs = [series[start : start + size] for start in range(0, len(series), size)]
+    return [(sum(t for t, _ in run) / len(run), sum(y for _, y in run) / len(run)) for run in runs]
 
 
 def _weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
