@@ -26,6 +26,7 @@ from tokenpilot.core.autoscale import (
     decide,
 )
 from tokenpilot.core.autoscale.capacity import ReplicaModel
+from tokenpilot.core.autoscale.demand import LoadPoint
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 
@@ -52,6 +53,40 @@ def itl_quantile(p99_s: float, num_observations: float = 1000.0) -> LatencyQuant
         num_observations=num_observations,
         upper_bound_s=bucket_upper_bound(TOKEN_LATENCY_BUCKETS_S, p99_s),
     )
+
+
+def light_load(at_s: float, ready: int = 12) -> Observation:
+    """`ready` pods, all scraped, running 3 requests with nothing waiting, well inside both
+    SLOs: a fleet whose size only the capacity model has a word on."""
+    return Observation(
+        observed_at_s=at_s,
+        desired_replicas=ready,
+        ready_replicas=ready,
+        num_pods_expected=ready,
+        num_pods_scraped=ready,
+        num_requests_waiting=0.0,
+        num_requests_running=3.0,
+        itl=itl_quantile(0.012),
+        ttft=LatencyQuantile(0.3, 100.0, 0.5, 0.25),
+        window_s=30.0,
+    )
+
+
+def prompt_rate_points(
+    prompt_tokens_per_s: list[float], interval_s: float = 5.0
+) -> list[LoadPoint]:
+    """One forecast point per interval at the given prompt rates, one request per 1,000
+    tokens, 100 output tokens each interval."""
+    return [
+        LoadPoint(
+            (index + 1) * interval_s,
+            interval_s,
+            prompt_tokens=rate * interval_s,
+            output_tokens=100.0,
+            requests=max(1.0, rate * interval_s / 1_000.0),
+        )
+        for index, rate in enumerate(prompt_tokens_per_s)
+    ]
 
 
 def observe(

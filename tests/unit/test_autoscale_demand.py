@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from autoscale_fleet import prompt_rate_points
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -77,25 +78,13 @@ def test_a_burst_outside_the_scale_down_window_still_counts_at_99_percent():
 HORIZON_S = 95.0
 
 
-def horizon_points(prompt_tokens_per_s: list[float]) -> list[LoadPoint]:
-    """One point per 5 s interval at the given prompt rates, one request per 1,000 tokens."""
-    return [
-        LoadPoint(
-            (index + 1) * INTERVAL_S,
-            INTERVAL_S,
-            prompt_tokens=rate * INTERVAL_S,
-            output_tokens=100.0,
-            requests=max(1.0, rate * INTERVAL_S / 1_000.0),
-        )
-        for index, rate in enumerate(prompt_tokens_per_s)
-    ]
-
-
 def test_a_burst_at_the_end_of_the_horizon_is_not_read_as_growth():
     # 17 quiet intervals, then a burst in the last two: a least-squares slope reads it as a
     # ramp and projects it over the whole horizon; it is the busy interval, held as such.
     rates = [200.0] * 17 + [5_000.0, 5_000.0]
-    outlook = forecast(horizon_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(
+        prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0
+    )
     assert outlook is not None
     assert outlook.growth_prompt_tokens_per_s == 0.0
     assert outlook.demand.prompt_tokens_per_s == pytest.approx(5_000.0)
@@ -106,7 +95,9 @@ def test_a_sustained_ramp_is_projected_over_the_horizon():
     # off the line by up to 20 %: the forecast adds most of the 19,000 the next 95 s bring.
     noise = [0.2, -0.15, 0.1, -0.2, 0.05, 0.18, -0.1, -0.05, 0.12, -0.18] * 2
     rates = [(10_000.0 + 1_000.0 * i) * (1.0 + noise[i]) for i in range(19)]
-    outlook = forecast(horizon_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(
+        prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0
+    )
     assert outlook is not None
     true_growth = 200.0 * HORIZON_S
     assert 0.5 * true_growth <= outlook.growth_prompt_tokens_per_s <= 1.2 * true_growth

@@ -10,28 +10,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, itl_quantile
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load
 
-from tokenpilot.core.autoscale import History, LatencyQuantile, Mode, Observation, Reason, decide
+from tokenpilot.core.autoscale import History, Mode, Reason, decide
 from tokenpilot.core.autoscale.demand import Forecast, LoadPoint, forecast
 
 POLICY = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)  # 60 s scale-down window
 READY = 12
-
-
-def light_load(at_s: float) -> Observation:
-    return Observation(
-        observed_at_s=at_s,
-        desired_replicas=READY,
-        ready_replicas=READY,
-        num_pods_expected=READY,
-        num_pods_scraped=READY,
-        num_requests_waiting=0.0,
-        num_requests_running=3.0,
-        itl=itl_quantile(0.012),
-        ttft=LatencyQuantile(0.3, 100.0, 0.5, 0.25),
-        window_s=30.0,
-    )
 
 
 def outlook_over(seen_s: float) -> Forecast:

@@ -9,11 +9,10 @@ import random
 from dataclasses import replace
 
 import pytest
-from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, itl_quantile
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load, prompt_rate_points
 
-from tokenpilot.core.autoscale import History, LatencyQuantile, Observation, decide
+from tokenpilot.core.autoscale import History, decide
 from tokenpilot.core.autoscale.demand import (
-    LoadPoint,
     forecast,
     memory_s,
     memory_trend,
@@ -28,22 +27,8 @@ MEMORY_S = memory_s(
 POINTS_PER_MEMORY = round(MEMORY_S / INTERVAL_S)  # 100
 
 
-def points_at(prompt_tokens_per_s: list[float]) -> list[LoadPoint]:
-    """One point per 5 s interval at the given prompt rates, one request per 1,000 tokens."""
-    return [
-        LoadPoint(
-            (index + 1) * INTERVAL_S,
-            INTERVAL_S,
-            prompt_tokens=rate * INTERVAL_S,
-            output_tokens=100.0,
-            requests=max(1.0, rate * INTERVAL_S / PROMPT_TOKENS_PER_REQUEST),
-        )
-        for index, rate in enumerate(prompt_tokens_per_s)
-    ]
-
-
 def busy_prompt_rate(rates: list[float]) -> float:
-    outlook = forecast(points_at(rates), horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(prompt_rate_points(rates), horizon_s=95.0, attainment=0.99, backlog_s=2.0)
     assert outlook is not None
     return outlook.demand.prompt_tokens_per_s
 
@@ -136,33 +121,18 @@ def test_the_status_names_the_trend_the_memory_was_read_on():
     # The words beside the replicas say the busy rate is not the one read 500 s ago.
     line = [20_000.0 - 10_000.0 * i / (POINTS_PER_MEMORY - 1) for i in range(POINTS_PER_MEMORY)]
     falling = forecast(
-        points_at(noisy(line, 0.1, seed=3)), horizon_s=95.0, attainment=0.99, backlog_s=2.0
+        prompt_rate_points(noisy(line, 0.1, seed=3)), horizon_s=95.0, attainment=0.99, backlog_s=2.0
     )
     level = forecast(
-        points_at(noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=3)),
+        prompt_rate_points(noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=3)),
         horizon_s=95.0,
         attainment=0.99,
         backlog_s=2.0,
     )
     assert falling is not None and level is not None
     policy = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)
-    decision = decide(policy, History(), observation(), 600.0, falling)
+    decision = decide(policy, History(), light_load(600.0), 600.0, falling)
     assert "on the load of now, which fell" in decision.reason
     assert "prompt tokens/s over it" in decision.reason
-    decision = decide(policy, History(), observation(), 600.0, level)
+    decision = decide(policy, History(), light_load(600.0), 600.0, level)
     assert "on the load of now" not in decision.reason
-
-
-def observation() -> Observation:
-    return Observation(
-        observed_at_s=600.0,
-        desired_replicas=12,
-        ready_replicas=12,
-        num_pods_expected=12,
-        num_pods_scraped=12,
-        num_requests_waiting=0.0,
-        num_requests_running=3.0,
-        itl=itl_quantile(0.012),
-        ttft=LatencyQuantile(0.3, 100.0, 0.5, 0.25),
-        window_s=30.0,
-    )
