@@ -57,7 +57,12 @@ def test_autoscaled_service_deletes_with_the_operator_stopped(
             timeout_s=120,
             what="the autoscaler's first decision in status",
         )
-        assert get_deployment(client, namespace, NAME) is not None
+        # The autoscaler's loop and the reconciler run apart: either may write first.
+        eventually(
+            lambda: get_deployment(client, namespace, NAME),
+            timeout_s=60,
+            what="the reconciler's Deployment",
+        )
     # The operator is down now.
     assert not get_llms(client, namespace, NAME)["metadata"].get("finalizers")
     client.request("DELETE", LLMSERVICES.path(namespace, NAME))
