@@ -14,6 +14,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -47,7 +48,7 @@ from tokenpilot_lab.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
 from tokenpilot_lab.fleet.engines import engine_config
 from tokenpilot_lab.fleet.results import nearest_rank
 from tokenpilot_lab.fleet.sizing import Sizing
-from tokenpilot_lab.sim import InvalidEngineConfig
+from tokenpilot_lab.sim import EngineConfig, InvalidEngineConfig, StepTimer
 from tokenpilot_lab.traces import mapping_from_spec, read_trace
 from tokenpilot_lab.workload import (
     Trace,
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
         check_flags(args)
-        trace = _load_trace(args)
+        trace = load_trace(args)
         results, sizing, budgets = _simulate(args, trace, err)
     except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
         # Bad input: the message names the file, line or flag and the fix.
@@ -198,7 +199,8 @@ def check_flags(args: argparse.Namespace) -> None:
         )
 
 
-def _load_trace(args: argparse.Namespace) -> Trace:
+def load_trace(args: argparse.Namespace) -> Trace:
+    """The trace the flags name: read or generated, windowed, overlaid, replayed at a rate."""
     if args.trace is not None:
         mapping = mapping_from_spec(args.columns) if args.columns else None
         trace = read_trace(args.trace, mapping)
@@ -294,18 +296,25 @@ def _tuned(
     return decision.token_budget, decision.max_num_seqs, source
 
 
-def _simulate(
-    args: argparse.Namespace, trace: Trace, err: Console
-) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What every contender runs on, from the flags and the trace: the fleet's bounds and SLOs,
+    the engines on the tuned and on vLLM's default budget, and the step model pricing them."""
+
+    fleet: FleetConfig
+    tuned_engine: EngineConfig
+    default_engine: EngineConfig
+    timer: StepTimer
+    tuned_from: str
+
+
+def setup(args: argparse.Namespace, trace: Trace) -> Setup:
     ttft_slo_s, itl_slo_s = parse_slo(args.slo)
-    names = parse_policies(args.policy)
     profile = load_builtin_catalog().get(args.gpu)
     shape = model_preset(args.model)
     tp = args.tensor_parallel_size
     timer = step_time_model(profile, shape, tp)
     capacity = plan_capacity(profile, shape, tp, DEFAULT_GPU_MEMORY_UTILIZATION, args.max_model_len)
-    default_budget = vllm_default_token_budget(profile)
-    default_seqs = DEFAULT_MAX_NUM_SEQS
     slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
     tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
     caching = args.enable_prefix_caching
@@ -317,11 +326,10 @@ def _simulate(
     )
     default_engine = engine_config(
         capacity,
-        max_num_batched_tokens=default_budget,
-        max_num_seqs=default_seqs,
+        max_num_batched_tokens=vllm_default_token_budget(profile),
+        max_num_seqs=DEFAULT_MAX_NUM_SEQS,
         enable_prefix_caching=caching,
     )
-
     fleet = FleetConfig(
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
@@ -335,6 +343,16 @@ def _simulate(
         ttft_slo_s=ttft_slo_s,
         itl_slo_s=itl_slo_s,
     )
+    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from)
+
+
+def _simulate(
+    args: argparse.Namespace, trace: Trace, err: Console
+) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
+    names = parse_policies(args.policy)
+    world = setup(args, trace)
+    fleet, timer = world.fleet, world.timer
+    tuned_engine, default_engine = world.tuned_engine, world.default_engine
     entries, sizing = contenders(
         names,
         trace,
@@ -361,9 +379,11 @@ def _simulate(
         )
     budgets = {
         "cold_start": f"{fleet.cold_start_s:g} s from scale-up to Ready, for every policy",
-        "prefix_cache": _prefix_cache_line(trace, caching),
-        "tuned": f"{tuned_budget} (from {tuned_from}), max_num_seqs {tuned_engine.max_num_seqs}",
-        "default": f"{default_budget}, max_num_seqs {default_engine.max_num_seqs}",
+        "prefix_cache": _prefix_cache_line(trace, args.enable_prefix_caching),
+        "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
+        f"max_num_seqs {tuned_engine.max_num_seqs}",
+        "default": f"{default_engine.max_num_batched_tokens}, "
+        f"max_num_seqs {default_engine.max_num_seqs}",
         "start": ", ".join(
             sorted(
                 {f"{e.fleet.start_replicas} ({e.name})" for e in entries if e.name != "static-peak"}
