@@ -46,7 +46,7 @@ from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.policies.static import StaticPolicy
 from tokenpilot_lab.fleet.simulator import simulate
-from tokenpilot_lab.fleet.sizing import size_for_peak
+from tokenpilot_lab.fleet.sizing import fewest_meeting, size_for_peak
 from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
 from tokenpilot_lab.sim import EngineConfig, StepTimer
 from tokenpilot_lab.workload import Trace, window
@@ -76,9 +76,7 @@ class WindowCurve:
     """One window's misses at each fleet size tried (sizes below the lowest tried miss more
     than the run's allowance, so no allowance could buy them)."""
 
-    start_s: float
     length_s: float
-    num_requests: int
     misses_by_replicas: dict[int, int]
 
     def cheapest(self, lam: float) -> int:
@@ -91,7 +89,6 @@ class WindowCurve:
 
 def misses_curve(
     part: Trace,
-    start_s: float,
     length_s: float,
     fleet: FleetConfig,
     engine: EngineConfig,
@@ -111,7 +108,7 @@ def misses_curve(
         return memo[n]
 
     if not part.requests:
-        return WindowCurve(start_s, length_s, 0, {lo: 0})
+        return WindowCurve(length_s, {lo: 0})
     # The fewest misses any size reaches: double until a doubling no longer lowers them.
     high = lo
     while high < fleet.max_replicas:
@@ -121,19 +118,13 @@ def misses_curve(
         high = bigger
     floor = misses(high)
     # The smallest size reaching that floor (misses do not rise as replicas are added).
-    low = max(lo - 1, high // 2)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if mid >= lo and misses(mid) <= floor:
-            high = mid
-        else:
-            low = mid
+    high = fewest_meeting(lambda n: misses(n) <= floor, max(lo, high // 2 + 1), high, high)
     n = high
     while n > lo and misses(n) <= allowance:
         n -= 1
         misses(n)
     kept = {k: v for k, v in memo.items() if k >= n}
-    return WindowCurve(start_s, length_s, len(part.requests), kept)
+    return WindowCurve(length_s, kept)
 
 
 def allocate(curves: list[WindowCurve], allowance: int) -> tuple[float, dict[int, int]]:
@@ -179,7 +170,7 @@ def main(argv: list[str]) -> int:
     while start_s < trace.duration_s:
         end_s = min(trace.duration_s, start_s + args.window_s)
         part = window(trace, start_s, end_s)
-        curves.append(misses_curve(part, start_s, end_s - start_s, fleet, engine, timer, allowance))
+        curves.append(misses_curve(part, end_s - start_s, fleet, engine, timer, allowance))
         start_s = end_s
     lam, sizes = allocate(curves, allowance)
     misses = sum(c.misses_by_replicas[sizes[i]] for i, c in enumerate(curves))
@@ -287,15 +278,9 @@ def _constant_in_hindsight(
             runs[n] = (result.attainment, result.gpu_hours)
         return runs[n]
 
-    low, high = fleet.min_replicas - 1, max(fleet.min_replicas, start)
-    while run(high)[0] < ATTAINMENT_GOAL and high < fleet.max_replicas:
-        low, high = high, min(fleet.max_replicas, high * 2)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if mid >= fleet.min_replicas and run(mid)[0] >= ATTAINMENT_GOAL:
-            high = mid
-        else:
-            low = mid
+    high = fewest_meeting(
+        lambda n: run(n)[0] >= ATTAINMENT_GOAL, fleet.min_replicas, fleet.max_replicas, start
+    )
     attainment, hours = run(high)
     return {"replicas": high, "attainment": round(attainment, 6), "gpu_hours": round(hours, 3)}
 

@@ -13,6 +13,7 @@ the mean running requests at the fastest rate that still meets the attainment go
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tokenpilot_lab.fleet.config import FleetConfig
@@ -99,6 +100,27 @@ def size_for_opening(
     return _size_window(trace, 0.0, window_s, "first", fleet, engine_config, timer, min_attainment)
 
 
+def fewest_meeting(
+    meets: Callable[[int], bool], lowest: int, highest: int, first: int | None = None
+) -> int:
+    """The fewest replicas in [lowest, highest] for which `meets` holds, by doubling from
+    `first` (default `lowest`) and then bisection; `highest` when none does. `meets` must not
+    turn false as replicas are added (the balancer only spreads load thinner)."""
+    # low fails (or is below the range), high is the candidate.
+    low, high = lowest - 1, max(lowest, first if first is not None else lowest)
+    while not meets(high) and high < highest:
+        low, high = high, min(highest, max(high * 2, 1))
+    if not meets(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if meets(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def _size_window(
     trace: Trace,
     start_s: float,
@@ -123,17 +145,8 @@ def _size_window(
     def meets(n: int) -> bool:
         return run(n).servable_attainment >= min_attainment
 
-    # low fails (or is below the floor), high is the candidate; never fewer than min_replicas.
-    low, high = fleet.min_replicas - 1, fleet.min_replicas
-    while not meets(high) and high < fleet.max_replicas:
-        low, high = high, min(fleet.max_replicas, max(high * 2, 1))
+    high = fewest_meeting(meets, fleet.min_replicas, fleet.max_replicas)
     if meets(high):
-        while high - low > 1:
-            mid = (low + high) // 2
-            if meets(mid):
-                high = mid
-            else:
-                low = mid
         reason = (
             f"{high} replica(s) meet {min_attainment:.0%} on the {label} {peak_window_s:g} s "
             f"(from {start_s:.0f} s)"
