@@ -95,7 +95,15 @@ def markdown(
     return "\n".join(lines) + "\n" + goal(data) + "\n"
 
 
-BASELINES = ("hpa", "keda", "aibrix-kpa", "hpa+tuned", "keda+tuned", "aibrix-kpa+tuned")
+BASELINES = (
+    "hpa",
+    "keda",
+    "aibrix-kpa",
+    "hpa+tuned",
+    "keda+tuned",
+    "aibrix-kpa+tuned",
+    "static-peak+tuned",
+)
 
 
 def goal(data: dict) -> str:

@@ -16,7 +16,7 @@ from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsDelivery, simulate
 from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
 from tokenpilot_lab.fleet.policies import ScaleChoice, StaticPolicy
-from tokenpilot_lab.fleet.sizing import size_for_peak
+from tokenpilot_lab.fleet.sizing import size_for_opening, size_for_peak
 from tokenpilot_lab.sim import EngineConfig
 from tokenpilot_lab.workload import Trace, TraceRequest, poisson
 
@@ -163,3 +163,27 @@ def test_static_sizing_is_the_fewest_replicas_meeting_the_peak() -> None:
 
     peak = window(trace, sizing.peak_start_s, sizing.peak_start_s + sizing.peak_window_s)
     assert simulate(peak, StaticPolicy(sizing.replicas - 1), fewer, ENGINE, TIMER).attainment < 0.99
+
+
+def test_every_contender_is_sized_on_the_budget_it_runs() -> None:
+    # A load where one replica's capacity depends on the budget: the opening fleet and the
+    # static fleet are sized on each contender's own engine, never on another budget's.
+    trace = poisson(10.0, 600.0, seed=8, median_prompt_tokens=1500, median_output_tokens=150)
+    entries, sizing = contenders(
+        POLICY_NAMES, trace, FLEET, tuned_engine=TUNED, default_engine=ENGINE, timer=TIMER
+    )
+    by_name = {e.name: e for e in entries}
+    starts = {e.name: e.fleet.start_replicas for e in entries}
+    assert starts["tokenpilot"] < starts["vllm-default-budget"]  # the budgets differ here
+    assert by_name["static-peak+tuned"].engine_config is TUNED
+    assert by_name["static-peak"].engine_config is ENGINE
+    for engine in (ENGINE, TUNED):
+        opening = size_for_opening(trace, FLEET, engine, TIMER).replicas
+        peak = size_for_peak(trace, FLEET, engine, TIMER).replicas
+        for entry in entries:
+            if entry.engine_config is not engine:
+                continue
+            expected = peak if entry.name.startswith("static-peak") else opening
+            assert entry.fleet.start_replicas == expected, entry.name
+    assert sizing is not None and sizing.tuned_static is not None
+    assert sizing.tuned_static[0] == by_name["static-peak+tuned"].fleet.start_replicas

@@ -386,7 +386,11 @@ def _simulate(
         f"max_num_seqs {default_engine.max_num_seqs}",
         "start": ", ".join(
             sorted(
-                {f"{e.fleet.start_replicas} ({e.name})" for e in entries if e.name != "static-peak"}
+                {
+                    f"{e.fleet.start_replicas} ({e.name})"
+                    for e in entries
+                    if not e.name.startswith("static-peak")
+                }
             )
         ),
     }
@@ -477,6 +481,11 @@ def render_table(
                 if tuned is None
                 else f"; tuned budget {tuned.running_per_replica:g} running, "
                 f"{tuned.in_flight_per_replica:g} in flight"
+            )
+            + (
+                ""
+                if sizing.tuned_static is None
+                else f"; static-peak+tuned: {sizing.tuned_static[1]}"
             ),
             highlight=False,
         )

@@ -1,11 +1,12 @@
 """Every policy on the same trace: how each contender is set up, and the runs in order.
 
 Baselines run vLLM with its default token budget, as a deployment without TokenPilot would,
-and again on TokenPilot's tuned budget (`hpa+tuned`, `keda+tuned`, `aibrix-kpa+tuned`);
-`tokenpilot` runs the tuned budget; `vllm-default-budget` is TokenPilot's scaling with the
-default budget. So `tokenpilot` against `vllm-default-budget` is what tuning buys, and
-`tokenpilot` against the `+tuned` rows what the policy buys. Every baseline's target is one
-replica's load at its measured capacity on the budget it runs (`fleet.sizing`).
+and again on TokenPilot's tuned budget (`static-peak+tuned`, `hpa+tuned`, `keda+tuned`,
+`aibrix-kpa+tuned`); `tokenpilot` runs the tuned budget; `vllm-default-budget` is TokenPilot's
+scaling with the default budget. So `tokenpilot` against `vllm-default-budget` is what tuning
+buys, and `tokenpilot` against the `+tuned` rows what the policy buys. Every baseline's target,
+the static fleets and every autoscaler's opening fleet are sized by one measured procedure on
+the budget the contender runs (`fleet.sizing`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ POLICY_NAMES = (
     "hpa+tuned",
     "keda+tuned",
     "aibrix-kpa+tuned",
+    "static-peak+tuned",
 )
 # The baselines, each also run on TokenPilot's tuned budget as `<name>+tuned`.
-BASELINES = ("hpa", "keda", "aibrix-kpa")
+BASELINES = ("static-peak", "hpa", "keda", "aibrix-kpa")
 TUNED_SUFFIX = "+tuned"
 
 
@@ -124,75 +126,99 @@ def contenders(
     target_running_per_replica: float | None = None,
     model: str = "llama-3.1-8b",
 ) -> tuple[list[Contender], Sizing | None]:
-    """Build the named contenders; sizes the static fleet and the baselines' targets if needed."""
-    if sizing is None and "static-peak" in names:
-        sizing = size_for_peak(trace, fleet, default_engine, timer)
+    """Build the named contenders. The static fleets, the baselines' targets and every
+    autoscaler's opening fleet are sized on the budget the contender runs; the sizing returned
+    is the default budget's, with the tuned budget's capacity and static fleet beside it."""
+
+    def budget(engine: EngineConfig) -> str:
+        return "tuned" if engine is tuned_engine else "default"
+
+    openings: dict[str, Sizing] = {}
+    sizings: dict[str, Sizing] = {} if sizing is None else {"default": sizing}
     capacities: dict[str, Capacity] = {}
 
+    def opening(engine: EngineConfig) -> Sizing:
+        key = budget(engine)
+        if key not in openings:
+            openings[key] = size_for_opening(trace, fleet, engine, timer)
+        return openings[key]
+
+    def peak_sizing(engine: EngineConfig) -> Sizing:
+        key = budget(engine)
+        if key not in sizings:
+            sizings[key] = size_for_peak(trace, fleet, engine, timer, opening=opening(engine))
+        return sizings[key]
+
     def capacity(engine: EngineConfig) -> Capacity:
-        key = "tuned" if engine is tuned_engine else "default"
+        key = budget(engine)
         if key not in capacities:
             if target_running_per_replica is not None:
                 capacities[key] = Capacity(target_running_per_replica, target_running_per_replica)
-            elif key == "default" and sizing is not None:
+            elif key in sizings:
                 capacities[key] = Capacity(
-                    sizing.target_running_per_replica, sizing.target_in_flight_per_replica
+                    sizings[key].target_running_per_replica,
+                    sizings[key].target_in_flight_per_replica,
                 )
             else:
                 capacities[key] = measure_capacity(_peak(trace), fleet, engine, timer)
         return capacities[key]
 
-    autoscaled_fleet = fleet
-    if fleet.initial_replicas is None and any(n != "static-peak" for n in names):
-        # Every autoscaler starts from the same fleet: what the opening window needs.
-        opening = size_for_opening(trace, fleet, default_engine, timer)
-        autoscaled_fleet = replace(fleet, initial_replicas=opening.replicas)
+    def autoscaled(engine: EngineConfig) -> FleetConfig:
+        # An autoscaler starts from what the opening window needs on the budget it runs, as
+        # if the trace were cut from a day its fleet had already adapted to.
+        if fleet.initial_replicas is not None:
+            return fleet
+        return replace(fleet, initial_replicas=opening(engine).replicas)
+
+    if any(n.startswith("static-peak") for n in names):
+        peak_sizing(default_engine)
     lo, hi = fleet.min_replicas, fleet.max_replicas
     autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
     for name in names:
-        engine = tuned_engine if name.endswith(TUNED_SUFFIX) else default_engine
+        engine = tuned_engine if name in ("tokenpilot", *_tuned_names()) else default_engine
         base = name.removesuffix(TUNED_SUFFIX)
-        if name in ("tokenpilot", "vllm-default-budget"):
-            engine = tuned_engine if name == "tokenpilot" else default_engine
+        if base in ("tokenpilot", "vllm-default-budget"):
             policy = replace(
                 autoscale,
                 startup_s=fleet.cold_start_s,
                 replica_model=replica_model(engine, timer, fleet),
             )
-            out.append(
-                Contender(
-                    name,
-                    partial(_operator, name, policy, interval_s),
-                    engine,
-                    autoscaled_fleet,
-                )
-            )
-        elif name == "static-peak":
-            assert sizing is not None
-            n = sizing.replicas
+            make: Callable[[], FleetPolicy] = partial(_operator, name, policy, interval_s)
+            out.append(Contender(name, make, engine, autoscaled(engine)))
+        elif base == "static-peak":
+            n = peak_sizing(engine).replicas
             static_fleet = replace(fleet, initial_replicas=n)
-            out.append(Contender(name, partial(StaticPolicy, n), default_engine, static_fleet))
-        elif base == "hpa":
-            target = capacity(engine).running_per_replica
-            out.append(
-                Contender(name, partial(HpaPolicy, target, lo, hi, name), engine, autoscaled_fleet)
-            )
-        elif base == "keda":
-            threshold = capacity(engine).in_flight_per_replica
-            out.append(
-                Contender(
-                    name, partial(KedaPolicy, threshold, lo, hi, name), engine, autoscaled_fleet
-                )
-            )
-        elif base == "aibrix-kpa":
-            target = capacity(engine).running_per_replica
-            out.append(
-                Contender(name, partial(KpaPolicy, target, lo, hi, name), engine, autoscaled_fleet)
-            )
-    if sizing is not None:
-        sizing = replace(sizing, tuned_capacity=capacities.get("tuned"))
-    return out, sizing
+            out.append(Contender(name, partial(StaticPolicy, n, name), engine, static_fleet))
+        else:
+            make = partial(_BASELINE_POLICIES[base], _target(base, capacity(engine)), lo, hi, name)
+            out.append(Contender(name, make, engine, autoscaled(engine)))
+    default = sizings.get("default")
+    if default is not None:
+        tuned = sizings.get("tuned")
+        default = replace(
+            default,
+            tuned_capacity=capacities.get("tuned"),
+            tuned_static=None if tuned is None else (tuned.replicas, tuned.reason),
+        )
+    return out, default
+
+
+_BASELINE_POLICIES: dict[str, Callable[..., FleetPolicy]] = {
+    "hpa": HpaPolicy,
+    "keda": KedaPolicy,
+    "aibrix-kpa": KpaPolicy,
+}
+
+
+def _tuned_names() -> tuple[str, ...]:
+    return tuple(f"{b}{TUNED_SUFFIX}" for b in BASELINES)
+
+
+def _target(base: str, capacity: Capacity) -> float:
+    """KEDA's threshold counts requests in flight (its query adds the waiting ones); the HPA's
+    and KPA's target counts running requests."""
+    return capacity.in_flight_per_replica if base == "keda" else capacity.running_per_replica
 
 
 def _operator(name: str, policy: AutoscalePolicy, interval_s: float) -> FleetPolicy:

@@ -49,8 +49,10 @@ class Sizing:
     peak_attainment: float
     reason: str
     target_in_flight_per_replica: float = 1.0
-    # The same measurement on the tuned budget, for the `+tuned` baselines.
+    # The same measurement on the tuned budget, for the `+tuned` baselines, and the static
+    # fleet it sizes there (`static-peak+tuned`): replicas and reason.
     tuned_capacity: Capacity | None = None
+    tuned_static: tuple[int, str] | None = None
 
 
 def size_for_peak(
@@ -61,9 +63,11 @@ def size_for_peak(
     *,
     peak_window_s: float = DEFAULT_PEAK_WINDOW_S,
     min_attainment: float = DEFAULT_MIN_ATTAINMENT,
+    opening: Sizing | None = None,
 ) -> Sizing:
     """The static fleet for the hardest of two windows: the busiest by tokens, and the first
-    (a trace may open on a burst the token count does not single out)."""
+    (a trace may open on a burst the token count does not single out). `opening` is
+    `size_for_opening`'s answer for the same settings, where the caller already has it."""
     busiest = _size_window(
         trace,
         trace.peak_window_start_s(peak_window_s),
@@ -74,9 +78,15 @@ def size_for_peak(
         timer,
         min_attainment,
     )
-    opening = size_for_opening(
-        trace, fleet, engine_config, timer, window_s=peak_window_s, min_attainment=min_attainment
-    )
+    if opening is None:
+        opening = size_for_opening(
+            trace,
+            fleet,
+            engine_config,
+            timer,
+            window_s=peak_window_s,
+            min_attainment=min_attainment,
+        )
     if opening.replicas > busiest.replicas:
         return replace(
             opening,
