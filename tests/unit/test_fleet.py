@@ -186,4 +186,4 @@ def test_every_contender_is_sized_on_the_budget_it_runs() -> None:
             expected = peak if entry.name.startswith("static-peak") else opening
             assert entry.fleet.start_replicas == expected, entry.name
     assert sizing is not None and sizing.tuned_static is not None
-    assert sizing.tuned_static[0] == by_name["static-peak+tuned"].fleet.start_replicas
+    assert sizing.tuned_static.replicas == by_name["static-peak+tuned"].fleet.start_replicas

@@ -485,7 +485,7 @@ def render_table(
             + (
                 ""
                 if sizing.tuned_static is None
-                else f"; static-peak+tuned: {sizing.tuned_static[1]}"
+                else f"; static-peak+tuned: {sizing.tuned_static.reason}"
             ),
             highlight=False,
         )

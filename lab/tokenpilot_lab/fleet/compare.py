@@ -170,13 +170,22 @@ def contenders(
             return fleet
         return replace(fleet, initial_replicas=opening(engine).replicas)
 
+    def engine_of(name: str) -> EngineConfig:
+        tuned = name == "tokenpilot" or name.endswith(TUNED_SUFFIX)
+        return tuned_engine if tuned else default_engine
+
     if any(n.startswith("static-peak") for n in names):
+        # The table reports the default budget's sizing. A budget with a static fleet is sized
+        # before any target is asked for, so its baselines' target is that same measurement
+        # whatever the order of `names`.
         peak_sizing(default_engine)
+        if f"static-peak{TUNED_SUFFIX}" in names:
+            peak_sizing(tuned_engine)
     lo, hi = fleet.min_replicas, fleet.max_replicas
     autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
     for name in names:
-        engine = tuned_engine if name in ("tokenpilot", *_tuned_names()) else default_engine
+        engine = engine_of(name)
         base = name.removesuffix(TUNED_SUFFIX)
         if base in ("tokenpilot", "vllm-default-budget"):
             policy = replace(
@@ -199,7 +208,7 @@ def contenders(
         default = replace(
             default,
             tuned_capacity=capacities.get("tuned"),
-            tuned_static=None if tuned is None else (tuned.replicas, tuned.reason),
+            tuned_static=tuned,
         )
     return out, default
 
@@ -209,10 +218,6 @@ _BASELINE_POLICIES: dict[str, Callable[..., FleetPolicy]] = {
     "keda": KedaPolicy,
     "aibrix-kpa": KpaPolicy,
 }
-
-
-def _tuned_names() -> tuple[str, ...]:
-    return tuple(f"{b}{TUNED_SUFFIX}" for b in BASELINES)
 
 
 def _target(base: str, capacity: Capacity) -> float:

@@ -49,10 +49,10 @@ class Sizing:
     peak_attainment: float
     reason: str
     target_in_flight_per_replica: float = 1.0
-    # The same measurement on the tuned budget, for the `+tuned` baselines, and the static
-    # fleet it sizes there (`static-peak+tuned`): replicas and reason.
+    # The same measurement on the tuned budget, for the `+tuned` baselines, and the tuned
+    # budget's own sizing where a static fleet runs it (`static-peak+tuned`).
     tuned_capacity: Capacity | None = None
-    tuned_static: tuple[int, str] | None = None
+    tuned_static: Sizing | None = None
 
 
 def size_for_peak(
