@@ -130,7 +130,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target-running",
         type=float,
-        help="running requests per replica for hpa and aibrix-kpa (default: from sizing)",
+        help="target per replica for every autoscaling baseline on both budgets: running "
+        "requests for hpa and aibrix-kpa, requests in flight for keda (default: each "
+        "measured by the sizing)",
     )
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=64)
