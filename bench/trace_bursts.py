@@ -33,15 +33,21 @@ ATTAINMENT = 0.99
 BIG_JUMP = 1.2
 
 
-def busy_rate(requests: Sequence[TraceRequest], window_s: float) -> float:
-    """The prompt-token rate of the window at which the requests, counted from the quietest
-    window up, reach `ATTAINMENT` of all."""
+def binned(requests: Sequence[TraceRequest], window_s: float) -> tuple[Counter[int], Counter[int]]:
+    """Prompt tokens and requests arriving in each window, by the window's index."""
     tokens: Counter[int] = Counter()
     count: Counter[int] = Counter()
     for request in requests:
         index = int(request.arrival_s // window_s)
         tokens[index] += request.num_prompt_tokens
         count[index] += 1
+    return tokens, count
+
+
+def busy_rate(requests: Sequence[TraceRequest], window_s: float) -> float:
+    """The prompt-token rate of the window at which the requests, counted from the quietest
+    window up, reach `ATTAINMENT` of all."""
+    tokens, count = binned(requests, window_s)
     running = 0
     for rate, weight in sorted((tokens[i] / window_s, count[i]) for i in tokens):
         running += weight
@@ -53,12 +59,7 @@ def busy_rate(requests: Sequence[TraceRequest], window_s: float) -> float:
 def records(requests: Sequence[TraceRequest]) -> list[tuple[float, float, int]]:
     """(start s, jump over the memory's busiest, requests) of each interval busier than every
     interval of the memory before it; none while the memory is not yet full."""
-    tokens: Counter[int] = Counter()
-    count: Counter[int] = Counter()
-    for request in requests:
-        index = int(request.arrival_s // INTERVAL_S)
-        tokens[index] += request.num_prompt_tokens
-        count[index] += 1
+    tokens, count = binned(requests, INTERVAL_S)
     depth = int(MEMORY_S / INTERVAL_S)
     found = []
     for index in range(depth, max(tokens, default=0) + 1):

@@ -3,24 +3,9 @@ attainment or higher on fewer GPU-hours, whatever target it was run at."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+from _bench import load
 
-SCRIPT = Path(__file__).parents[2] / "bench" / "baseline_targets.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("baseline_targets", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load()
+BENCH = load("baseline_targets")
 
 
 def row(attainment: float, gpu_hours: float) -> dict[str, float]:

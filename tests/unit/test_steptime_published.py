@@ -3,31 +3,15 @@ not used to fit it are predicted within 25 % (docs/tuning.md prints the same tab
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+from _bench import load
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.core.roofline import step_floor_s, step_work
 from tokenpilot.core.steptime import step_time_model
 
-FIT_SCRIPT = Path(__file__).parents[2] / "bench" / "step_model_fit.py"
 CATALOG = load_builtin_catalog()
-
-
-def _load_fit() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("step_model_fit", FIT_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-FIT = _load_fit()
+FIT = load("step_model_fit")
 POINTS, _ = FIT.load_points()
 FITTED = FIT.fit(POINTS)
 BY_ID = {p.id: p for p in POINTS}
