@@ -195,6 +195,7 @@ class Fuzz:
         self.namespace = namespace
         self.count = 0
         self.pending: list[str] = []
+        self.specs: dict[str, dict[str, Any]] = {}
         self.outcomes: Counter[str] = Counter()
 
     def submit(self, spec: dict[str, Any]) -> None:
@@ -214,6 +215,7 @@ class Fuzz:
             self.outcomes[f"refused {refused.status}"] += 1
             return
         self.pending.append(name)
+        self.specs[name] = spec
         if len(self.pending) >= BATCH:
             self.settle()
 
@@ -241,7 +243,12 @@ class Fuzz:
             ]
             time.sleep(0.5)
         unsettled = {n: (*_phase(self.client, self.namespace, n), self._pods(n)) for n in waiting}
-        assert not unsettled, f"not Ready, Infeasible or Degraded in {SETTLE_S:.0f} s: {unsettled}"
+        # The example Hypothesis reports is the one that filled the batch, so the unsettled
+        # services' own specs are named here.
+        assert not unsettled, (
+            f"not Ready, Infeasible or Degraded in {SETTLE_S:.0f} s: {unsettled}; their specs: "
+            + json.dumps({n: self.specs[n] for n in unsettled})
+        )
         for name in self.pending:
             phase, words = _phase(self.client, self.namespace, name)
             assert words, f"{name}: {phase} without a condition saying why"
