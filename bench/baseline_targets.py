@@ -27,7 +27,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-BASELINES = ("hpa", "keda", "aibrix-kpa", "hpa+tuned", "keda+tuned", "aibrix-kpa+tuned")
+from tokenpilot_lab.fleet.compare import BASELINES, TUNED_SUFFIX
+
+# The fleet comparison's autoscaling baselines on both budgets (`static-peak` takes no target).
+AUTOSCALERS = tuple(b for b in BASELINES if b != "static-peak")
+BASELINES_SWEPT = (*AUTOSCALERS, *(f"{b}{TUNED_SUFFIX}" for b in AUTOSCALERS))
 CHILD = "import sys; from tokenpilot.cli import main; raise SystemExit(main(sys.argv[1:]))"
 
 
@@ -60,7 +64,7 @@ def table(reference: dict, swept: dict[float, dict]) -> str:
         "|---|---:|" + "---:|" * len(targets),
     ]
     winners = []
-    for name in BASELINES:
+    for name in BASELINES_SWEPT:
         cells = []
         for label, row in [("measured", reference.get(name))] + [
             (f"{t:g}", swept[t].get(name)) for t in targets
@@ -99,7 +103,7 @@ def main() -> int:
         runs = {
             t: pool.submit(
                 simulate,
-                [*extra, "--policy", ",".join(BASELINES), "--target-running", f"{t:g}"],
+                [*extra, "--policy", ",".join(BASELINES_SWEPT), "--target-running", f"{t:g}"],
             )
             for t in targets
         }
