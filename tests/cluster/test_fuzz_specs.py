@@ -197,8 +197,14 @@ class Fuzz:
         self.pending: list[str] = []
         self.specs: dict[str, dict[str, Any]] = {}
         self.outcomes: Counter[str] = Counter()
+        # The first failure, kept: Hypothesis replays the example that failed, and the replay
+        # would settle a batch whose services were already deleted, failing for a reason of
+        # its own ("no current status") instead of the one found.
+        self.failure: str | None = None
 
     def submit(self, spec: dict[str, Any]) -> None:
+        if self.failure is not None:
+            raise AssertionError(self.failure)
         self.count += 1
         name = f"fuzz-{self.count}"
         body = {
@@ -235,6 +241,23 @@ class Fuzz:
         return out
 
     def settle(self) -> None:
+        try:
+            self._settle()
+        except AssertionError as error:
+            self.failure = str(error)
+            raise
+
+    def _settled(self, name: str, deadline: float) -> tuple[str | None, str]:
+        """The service's phase once current and settled (or as it is at `deadline`). The
+        autoscaler may move spec.replicas at any time (to minReplicas, say), and until the
+        operator has reconciled that generation the status is not current."""
+        phase, words = _phase(self.client, self.namespace, name)
+        while phase not in SETTLED and time.monotonic() < deadline:
+            time.sleep(0.5)
+            phase, words = _phase(self.client, self.namespace, name)
+        return phase, words
+
+    def _settle(self) -> None:
         deadline = time.monotonic() + SETTLE_S
         waiting = list(self.pending)
         while waiting and time.monotonic() < deadline:
@@ -250,7 +273,8 @@ class Fuzz:
             + json.dumps({n: self.specs[n] for n in unsettled})
         )
         for name in self.pending:
-            phase, words = _phase(self.client, self.namespace, name)
+            phase, words = self._settled(name, time.monotonic() + SETTLE_S)
+            assert phase in SETTLED, f"{name}: settled, then {phase} for {SETTLE_S:.0f} s"
             assert words, f"{name}: {phase} without a condition saying why"
             owned = _owned(self.client, self.namespace, name)
             if phase == "Infeasible":
