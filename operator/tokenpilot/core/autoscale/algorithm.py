@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass, replace
 
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason, Signals
-from tokenpilot.core.autoscale.demand import Forecast
+from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Forecast
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
 
@@ -512,6 +512,19 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         return None
     demand = outlook.demand
     replicas, verdict = model.replicas_needed(demand, policy.max_replicas)
+    sized = replicas
+    record = ""
+    if outlook.record_jump > 1.0:
+        # Keep up with a burst as far beyond the forecast as this service's records went.
+        burst, burst_verdict = model.replicas_needed(
+            outlook.burst, policy.max_replicas, keep_up_only=True
+        )
+        if burst > replicas:
+            replicas, verdict = burst, burst_verdict
+            record = (
+                f", {burst} to keep up with a burst {outlook.record_jump:.2f}x that "
+                f"(the records of the last {MAX_MEMORY_S / 60:.0f} min)"
+            )
     replicas = policy.clamp(replicas)
     limit = "" if verdict.ok else f" ({verdict.why} even then)"
     words = (
@@ -528,7 +541,7 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
             if outlook.growth_prompt_tokens_per_s > 0
             else ""
         )
-        + f") need {replicas} replicas by the step model{limit}"
+        + f") need {sized} replicas by the step model{record}{limit}"
     )
     return ModelNeed(
         replicas, words, outlook.span_s >= policy.scale_down_stabilization_s, outlook.span_s

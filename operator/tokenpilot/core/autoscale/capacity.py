@@ -23,6 +23,13 @@ A demand per replica is servable when:
    x / (mu * (1 - rho)) at utilization rho = P / mu. So rho <= 1 - x_tail / (mu * TTFT) keeps
    the tail prompt inside the TTFT SLO; where the tail prompt cannot make it even alone, rho is
    held to RHO_FLOOR (a prompt waits on average as long as its own prefill).
+
+A burst taller than the forecast (a record, core.autoscale.demand) lasts seconds, and what
+decides its requests' fate is whether the fleet keeps up with it: one that does delays the
+long prompts among them; one that does not builds a queue that every request behind it waits
+out, for the whole burst and until the queue drains. So `keep_up_only` asks for the first
+rule and the ITL at the burst's rate, with prefill at most fully busy (rho <= 1) instead of
+the TTFT's limit.
 """
 
 from __future__ import annotations
@@ -87,8 +94,9 @@ class ReplicaModel:
     itl_slo_s: float | None
     ttft_slo_s: float | None
 
-    def serves(self, demand: Demand) -> Verdict:
-        """Whether one replica serves `demand` (already its share) within the SLOs."""
+    def serves(self, demand: Demand, *, keep_up_only: bool = False) -> Verdict:
+        """Whether one replica serves `demand` (already its share) within the SLOs, or, with
+        `keep_up_only`, keeps up with it (see the module docstring)."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
         context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
         chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
@@ -124,7 +132,7 @@ class ReplicaModel:
                 return Verdict(
                     False, t, n, rho, f"a step with a whole chunk takes {full_s * 1e3:.0f} ms"
                 )
-        if rho > self._rho_max(full_s, room, demand):
+        if rho > (1.0 if keep_up_only else self._rho_max(full_s, room, demand)):
             return Verdict(False, t, n, rho, f"prefill {rho:.0%} busy")
         return Verdict(True, t, n, rho)
 
@@ -139,21 +147,24 @@ class ReplicaModel:
         own_s = demand.tail_prompt_tokens * full_s / room
         return max(RHO_FLOOR, 1.0 - own_s / self.ttft_slo_s)
 
-    def replicas_needed(self, demand: Demand, max_replicas: int) -> tuple[int, Verdict]:
+    def replicas_needed(
+        self, demand: Demand, max_replicas: int, *, keep_up_only: bool = False
+    ) -> tuple[int, Verdict]:
         """The fewest replicas (at most `max_replicas`) whose equal shares of `demand` each
-        replica serves; `max_replicas` with the failing verdict if none does."""
+        replica serves (`serves`, with `keep_up_only`); `max_replicas` with the failing verdict
+        if none does."""
         if demand.prompt_tokens_per_s <= 0 and demand.output_tokens_per_s <= 0:
             return 1, Verdict(True, 0.0, 0.0, 0.0)
         low, high = 0, 1
-        verdict = self.serves(demand)
+        verdict = self.serves(demand, keep_up_only=keep_up_only)
         while not verdict.ok and high < max_replicas:
             low, high = high, min(max_replicas, high * 2)
-            verdict = self.serves(demand.scaled(1.0 / high))
+            verdict = self.serves(demand.scaled(1.0 / high), keep_up_only=keep_up_only)
         if not verdict.ok:
             return max_replicas, verdict
         while high - low > 1:
             mid = (low + high) // 2
-            trial = self.serves(demand.scaled(1.0 / mid))
+            trial = self.serves(demand.scaled(1.0 / mid), keep_up_only=keep_up_only)
             if trial.ok:
                 high, verdict = mid, trial
             else:

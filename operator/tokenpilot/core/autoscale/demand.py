@@ -29,6 +29,13 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
 - **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
   demand they have not seen, counted at the mean prompt as a rate that clears them within the
   TTFT SLO.
+- **Records.** Some bursts are taller than anything the memory holds, and no memory of the
+  past sizes a fleet for them. Each interval that arrives once the memory is full is measured
+  against the forecast that was in force (`Jump`), and those measurements are kept for
+  `MAX_MEMORY_S`, longer than the memory. `record_jump` is how far beyond its forecast the load
+  went, read at the attainment target and weighted by requests: the height of the records
+  this service has shown. The fleet is then asked to keep up with the forecast times that
+  (core.autoscale.capacity), not to meet the TTFT SLO at it.
 """
 
 from __future__ import annotations
@@ -83,6 +90,15 @@ class LoadPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Jump:
+    """One interval's prompt rate over the forecast that was in force when it arrived."""
+
+    at_s: float
+    ratio: float
+    requests: float
+
+
+@dataclass(frozen=True, slots=True)
 class Forecast:
     """The demand to size for, with the figures behind it."""
 
@@ -94,6 +110,14 @@ class Forecast:
     # The prompt rate's trend over the whole memory, along which its rates were read on the
     # load of now (tokens/s each second; 0.0 where none is proven).
     memory_trend_prompt_tokens_per_s2: float = 0.0
+    # How far beyond its forecast the load has gone in the last `MAX_MEMORY_S` (1.0: never by
+    # the attainment target's share of the requests); `burst` is `demand` times that.
+    record_jump: float = 1.0
+    num_jumps: int = 0
+
+    @property
+    def burst(self) -> Demand:
+        return self.demand.scaled(self.record_jump)
 
 
 def memory_s(
@@ -119,8 +143,42 @@ def remember(
     return (*(p for p in points if p.at_s > start_s), point)
 
 
+def jump(
+    previous: Forecast | None, point: LoadPoint, *, memory_s: float, backlog_s: float
+) -> Jump | None:
+    """`point`'s prompt rate (its queue included, as the forecast counts it) over the demand
+    `previous` forecast; None while that forecast had not seen a whole memory (a jump over
+    a short memory says the memory is short, not that the load has records)."""
+    if previous is None or previous.span_s < memory_s - point.interval_s - 1e-9:
+        return None
+    sized = previous.demand.prompt_tokens_per_s
+    if sized <= 0:
+        return None
+    queued = previous.demand.mean_prompt_tokens / max(backlog_s, 1e-3)
+    rate = point.prompt_tokens_per_s + point.waiting * queued
+    return Jump(point.at_s, rate / sized, point.requests + point.waiting)
+
+
+def remember_jump(jumps: Sequence[Jump], new: Jump | None, now_s: float) -> tuple[Jump, ...]:
+    """`jumps` plus `new`, without those older than `MAX_MEMORY_S`."""
+    kept = tuple(j for j in jumps if j.at_s > now_s - MAX_MEMORY_S)
+    return kept if new is None else (*kept, new)
+
+
+def record_jump(jumps: Sequence[Jump], attainment: float) -> float:
+    """The jump over the forecast at which the requests, counted from the smallest jump up,
+    reach `attainment` of all; at least 1.0 (a load that stayed under its forecast has no
+    records to keep up with)."""
+    return max(1.0, _weighted_quantile([(j.ratio, j.requests) for j in jumps], attainment))
+
+
 def forecast(
-    points: Sequence[LoadPoint], *, horizon_s: float, attainment: float, backlog_s: float
+    points: Sequence[LoadPoint],
+    *,
+    horizon_s: float,
+    attainment: float,
+    backlog_s: float,
+    jumps: Sequence[Jump] = (),
 ) -> Forecast | None:
     """The demand over the next `horizon_s`, or None before any load was counted.
 
@@ -168,6 +226,8 @@ def forecast(
         memory_trend_prompt_tokens_per_s2=prompt_trend,
         num_points=len(points),
         span_s=span_s,
+        record_jump=record_jump(jumps, attainment) if jumps else 1.0,
+        num_jumps=len(jumps),
     )
 
 

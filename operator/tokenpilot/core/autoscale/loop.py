@@ -28,7 +28,16 @@ from typing import Any
 from tokenpilot.api.llmservice import Condition
 from tokenpilot.core.autoscale.algorithm import decide
 from tokenpilot.core.autoscale.decision import Decision, Mode
-from tokenpilot.core.autoscale.demand import LoadPoint, forecast, memory_s, remember
+from tokenpilot.core.autoscale.demand import (
+    Forecast,
+    Jump,
+    LoadPoint,
+    forecast,
+    jump,
+    memory_s,
+    remember,
+    remember_jump,
+)
 from tokenpilot.core.autoscale.observation import History, Observation
 from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 from tokenpilot.core.autoscale.window import PodScrapes, Ring, observe_scrapes
@@ -88,6 +97,10 @@ class ServiceState:
     window_s: float = METRICS_WINDOW_S
     rings: Mapping[str, Ring] = field(default_factory=dict)
     load: tuple[LoadPoint, ...] = ()
+    # Each interval's prompt rate over the forecast in force when it came, kept longer than
+    # `load` (core.autoscale.demand: records), and that forecast.
+    jumps: tuple[Jump, ...] = ()
+    outlook: Forecast | None = None
     history: History = field(default_factory=History)
     applied: Mapping[str, Any] | None = None
     # Evaluations that read at least one pod. A P99 is a rate over two readings, so until the
@@ -119,32 +132,38 @@ def step(
     if observation.num_pods_scraped > 0 and num_reading < 2:
         observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
+    jumps = state.jumps
+    backlog_s = state.policy.ttft_p99_slo_s or state.interval_s
     # A NaN or infinite counter (a Prometheus that lies, an engine that exports garbage) is no
     # reading: remembered, it would poison the forecast for the whole memory.
     if observation.load is not None and observation.load.is_finite:
         counted = observation.load
-        load = remember(
-            load,
-            LoadPoint(
-                observation.observed_at_s,
-                counted.interval_s,
-                max(0.0, counted.num_prompt_tokens - counted.num_cached_prompt_tokens),
-                counted.num_output_tokens,
-                counted.num_requests,
-                observation.num_requests_waiting or 0.0,
-            ),
-            memory_s(
-                scale_down_window_s=state.policy.scale_down_stabilization_s,
-                startup_s=state.policy.startup_s,
-                interval_s=state.interval_s,
-                attainment=state.policy.attainment,
-            ),
+        point = LoadPoint(
+            observation.observed_at_s,
+            counted.interval_s,
+            max(0.0, counted.num_prompt_tokens - counted.num_cached_prompt_tokens),
+            counted.num_output_tokens,
+            counted.num_requests,
+            observation.num_requests_waiting or 0.0,
         )
+        lookback_s = memory_s(
+            scale_down_window_s=state.policy.scale_down_stabilization_s,
+            startup_s=state.policy.startup_s,
+            interval_s=state.interval_s,
+            attainment=state.policy.attainment,
+        )
+        jumps = remember_jump(
+            jumps,
+            jump(state.outlook, point, memory_s=lookback_s, backlog_s=backlog_s),
+            point.at_s,
+        )
+        load = remember(load, point, lookback_s)
     outlook = forecast(
         load,
         horizon_s=state.policy.startup_s + state.interval_s,
         attainment=state.policy.attainment,
-        backlog_s=state.policy.ttft_p99_slo_s or state.interval_s,
+        backlog_s=backlog_s,
+        jumps=jumps,
     )
     decision = decide(state.policy, state.history, observation, now.monotonic_s, outlook)
     actions: list[Action] = []
@@ -178,6 +197,8 @@ def step(
         state,
         rings=rings,
         load=load,
+        jumps=jumps,
+        outlook=outlook,
         history=decision.history,
         applied=applied,
         num_reading_evaluations=num_reading,

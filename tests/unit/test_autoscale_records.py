@@ -1,0 +1,141 @@
+"""Records: a burst taller than anything the forecast's memory holds.
+
+The forecast sizes for the busiest intervals of its memory, so a burst beyond all of them
+arrives on a fleet sized for less. Each interval is measured against the forecast in force
+when it came, and the fleet keeps up with the forecast times the jumps this service's records
+have shown (read at the attainment target, weighted by requests, over the last hour). A load
+that never outgrows its forecast asks nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from _steps import LinearStep
+from autoscale_fleet import light_load
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenpilot.core.autoscale import AutoscalePolicy, Observation
+from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
+from tokenpilot.core.autoscale.demand import (
+    MAX_MEMORY_S,
+    Jump,
+    LoadPoint,
+    forecast,
+    jump,
+    record_jump,
+    remember_jump,
+)
+from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
+from tokenpilot.core.autoscale.observation import Load
+
+# A step of 5 ms plus 30 us per token: enough of an engine for the capacity model.
+MODEL = ReplicaModel(
+    LinearStep(0.005, 30e-6, 30e-6), 2048, 256, 1_000_000, itl_slo_s=0.05, ttft_slo_s=2.0
+)
+POLICY = AutoscalePolicy(
+    min_replicas=1, max_replicas=64, itl_p99_slo_s=0.05, ttft_p99_slo_s=2.0, replica_model=MODEL
+)
+INTERVAL_S = 5.0
+LEVEL = Load(INTERVAL_S, 100_000.0, 0.0, 10_000.0, 100.0)  # 20,000 prompt tokens/s
+
+
+def reading(at_s: float, load: Load, replicas: int) -> Observation:
+    return replace(light_load(at_s, ready=replicas), load=load)
+
+
+def run(loads: list[Load]) -> list[tuple[int, str]]:
+    """The loop over one load per interval, its decisions applied at once."""
+    state, replicas, out = ServiceState(POLICY, interval_s=INTERVAL_S), 1, []
+    for index, load in enumerate(loads):
+        at_s = INTERVAL_S * (index + 1)
+        current = Current(spec_replicas=replicas, ready_replicas=replicas)
+        state, decision, _ = step(
+            state, reading(at_s, load, replicas), current, Now(at_s, f"t{index}")
+        )
+        replicas = decision.desired_replicas
+        out.append((replicas, decision.reason))
+    return out
+
+
+def scaled(load: Load, factor: float) -> Load:
+    return replace(
+        load,
+        num_prompt_tokens=load.num_prompt_tokens * factor,
+        num_output_tokens=load.num_output_tokens * factor,
+        num_requests=load.num_requests * factor,
+    )
+
+
+def test_after_a_record_burst_the_fleet_keeps_up_with_one_as_tall_and_forgets_it_in_an_hour() -> (
+    None
+):
+    warm = 120  # 600 s: past the 500 s memory
+    after = int(MAX_MEMORY_S / INTERVAL_S) + 10
+    decisions = run([LEVEL] * warm + [scaled(LEVEL, 2.0)] + [LEVEL] * after)
+    level_replicas, level_words = decisions[warm - 1]
+    assert "keep up with a burst" not in level_words
+    replicas, words = decisions[warm + 20]
+    assert "to keep up with a burst 2.00x that (the records of the last 60 min)" in words
+    assert replicas > level_replicas
+    # The burst's own interval has left the memory: only the record's height holds the fleet.
+    replicas, words = decisions[warm + 110]
+    assert "keep up with a burst 2.00x" in words
+    assert replicas > level_replicas
+    # An hour on, the record is forgotten and the fleet is the level load's again.
+    assert decisions[-1][0] == level_replicas
+    assert "keep up with a burst" not in decisions[-1][1]
+
+
+def test_a_level_load_never_outgrows_its_forecast() -> None:
+    decisions = run([LEVEL] * 200)
+    assert all("keep up with a burst" not in words for _, words in decisions)
+
+
+def point(at_s: float, prompt_per_s: float) -> LoadPoint:
+    return LoadPoint(at_s, INTERVAL_S, prompt_per_s * INTERVAL_S, 1_000.0, 10.0)
+
+
+def test_a_jump_is_measured_only_against_a_forecast_that_has_seen_a_whole_memory() -> None:
+    young = forecast(
+        [point(5.0 * i, 1_000.0) for i in range(1, 20)],
+        horizon_s=35.0, attainment=0.99, backlog_s=2.0,
+    )  # fmt: skip
+    full = forecast(
+        [point(5.0 * i, 1_000.0) for i in range(1, 101)],
+        horizon_s=35.0, attainment=0.99, backlog_s=2.0,
+    )  # fmt: skip
+    assert young is not None and full is not None
+    assert jump(young, point(505.0, 3_000.0), memory_s=500.0, backlog_s=2.0) is None
+    measured = jump(full, point(505.0, 3_000.0), memory_s=500.0, backlog_s=2.0)
+    assert measured is not None
+    assert measured.ratio == 3.0
+
+
+def test_jumps_older_than_the_records_memory_are_forgotten() -> None:
+    jumps = (Jump(0.0, 2.0, 10.0), Jump(100.0, 1.5, 10.0))
+    kept = remember_jump(jumps, Jump(MAX_MEMORY_S + 50.0, 0.9, 10.0), MAX_MEMORY_S + 50.0)
+    assert [j.at_s for j in kept] == [100.0, MAX_MEMORY_S + 50.0]
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.0, 10.0), st.floats(0.0, 1_000.0)), min_size=1, max_size=50),
+    st.floats(0.5, 0.999),
+)
+def test_the_record_jump_is_at_least_one_and_never_beyond_the_largest_jump(
+    pairs: list[tuple[float, float]], attainment: float
+) -> None:
+    jumps = [Jump(float(i), ratio, weight) for i, (ratio, weight) in enumerate(pairs)]
+    height = record_jump(jumps, attainment)
+    assert 1.0 <= height <= max(1.0, *(j.ratio for j in jumps))
+
+
+@given(st.floats(1.0, 50_000.0), st.floats(0.0, 5_000.0))
+def test_keeping_up_never_needs_more_replicas_than_meeting_the_slos(
+    prompt_per_s: float, output_per_s: float
+) -> None:
+    demand = Demand(prompt_per_s, output_per_s, 1_000.0, 100.0, 4_000.0)
+    slo, _ = MODEL.replicas_needed(demand, 512)
+    keep_up, _ = MODEL.replicas_needed(demand, 512, keep_up_only=True)
+    assert keep_up <= slo
