@@ -3,8 +3,9 @@
     step(state, samples, current, now) -> (state, decision, actions)
 
 `state` is everything the autoscaler remembers of one service between evaluations: the
-policy, each pod's ring of scrapes, the load of the scale-down window, the decision's history
-and the status it last applied. `samples` is what the metrics source read this time: the
+policy, each pod's ring of scrapes, the load of the forecast's memory, the last hour's jumps
+over the forecast (core.autoscale.demand: records), the decision's history and the status it
+last applied. `samples` is what the metrics source read this time: the
 scrapes of the Ready pods (`PodScrapes`, the direct source) or an `Observation` a Prometheus
 server windowed itself. `current` is what the cluster says (spec.replicas, Ready pods, the
 object's generation and conditions), `now` the clock's two readings. `step` returns the next
