@@ -113,7 +113,6 @@ class Forecast:
     # How far beyond its forecast the load has gone in the last `MAX_MEMORY_S` (1.0: never by
     # the attainment target's share of the requests); `burst` is `demand` times that.
     record_jump: float = 1.0
-    num_jumps: int = 0
 
     @property
     def burst(self) -> Demand:
@@ -146,9 +145,9 @@ def remember(
 def jump(
     previous: Forecast | None, point: LoadPoint, *, memory_s: float, backlog_s: float
 ) -> Jump | None:
-    """`point`'s prompt rate (its queue included, as the forecast counts it) over the demand
-    `previous` forecast; None while that forecast had not seen a whole memory (a jump over
-    a short memory says the memory is short, not that the load has records)."""
+    """`point`'s prompt rate (its queue included, as the forecast counts it) over the prompt
+    rate `previous` forecast; None while that forecast had not seen a whole memory (a jump
+    over a short memory says the memory is short, not that the load has records)."""
     if previous is None or previous.span_s < memory_s - point.interval_s - 1e-9:
         return None
     sized = previous.demand.prompt_tokens_per_s
@@ -227,7 +226,6 @@ def forecast(
         num_points=len(points),
         span_s=span_s,
         record_jump=record_jump(jumps, attainment) if jumps else 1.0,
-        num_jumps=len(jumps),
     )
 
 
