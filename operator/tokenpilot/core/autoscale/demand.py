@@ -153,8 +153,7 @@ def jump(
     sized = previous.demand.prompt_tokens_per_s
     if sized <= 0:
         return None
-    queued = previous.demand.mean_prompt_tokens / max(backlog_s, 1e-3)
-    rate = point.prompt_tokens_per_s + point.waiting * queued
+    rate = _with_queue(point, previous.demand.mean_prompt_tokens, backlog_s)
     return Jump(point.at_s, rate / sized, point.requests + point.waiting)
 
 
@@ -201,10 +200,9 @@ def forecast(
     output_slope = proven_slope([(p.at_s, p.output_tokens_per_s) for p in recent], z=z)
     growth_p = max(0.0, prompt_slope) * horizon_s
     growth_d = max(0.0, output_slope) * horizon_s
-    queued = mean_prompt / max(backlog_s, 1e-3)
     # The memory's test is made at every evaluation, over points its evaluations share.
     memory_z = trend_confidence_z(len(points))
-    prompt_series = [(p.at_s, p.prompt_tokens_per_s + p.waiting * queued) for p in points]
+    prompt_series = [(p.at_s, _with_queue(p, mean_prompt, backlog_s)) for p in points]
     output_series = [(p.at_s, p.output_tokens_per_s) for p in points]
     prompt_trend = memory_trend(prompt_series, z=memory_z)
     prompt_rates = at_present_level(prompt_series, prompt_trend)
@@ -227,6 +225,13 @@ def forecast(
         span_s=span_s,
         record_jump=record_jump(jumps, attainment) if jumps else 1.0,
     )
+
+
+def _with_queue(point: LoadPoint, mean_prompt_tokens: float, backlog_s: float) -> float:
+    """The interval's prompt rate plus its waiting requests, at the mean prompt, as a rate
+    that clears them within `backlog_s`: what arrived, where the counters saw only what was
+    prefilled."""
+    return point.prompt_tokens_per_s + point.waiting * (mean_prompt_tokens / max(backlog_s, 1e-3))
 
 
 def memory_trend(series: Sequence[tuple[float, float]], *, z: float) -> float:
