@@ -259,13 +259,10 @@ class Fuzz:
 
     def _settle(self) -> None:
         deadline = time.monotonic() + SETTLE_S
-        waiting = list(self.pending)
-        while waiting and time.monotonic() < deadline:
-            waiting = [
-                n for n in waiting if _phase(self.client, self.namespace, n)[0] not in SETTLED
-            ]
-            time.sleep(0.5)
-        unsettled = {n: (*_phase(self.client, self.namespace, n), self._pods(n)) for n in waiting}
+        phases = {n: self._settled(n, deadline) for n in self.pending}
+        unsettled = {
+            n: (*phases[n], self._pods(n)) for n in self.pending if phases[n][0] not in SETTLED
+        }
         # The example Hypothesis reports is the one that filled the batch, so the unsettled
         # services' own specs are named here.
         assert not unsettled, (
