@@ -128,6 +128,10 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         (["--min-replicas", "3", "--max-replicas", "2"], ">= --min-replicas (3)"),
         (["--initial-replicas", "100"], "--initial-replicas 100: must lie within"),
         (["--target-running", "-1"], "--target-running -1: must be a finite number > 0"),
+        (
+            ["--target-running", "2", "--baseline-targets", "steady"],
+            "--baseline-targets steady with --target-running",
+        ),
         (["--scrape-interval", "0"], "--scrape-interval 0:"),
         (["--usd-per-gpu-hour", "-1"], "--usd-per-gpu-hour -1:"),
         (["--mean-rps", "-1"], "--mean-rps -1:"),

@@ -19,6 +19,7 @@ from tokenpilot_lab.workload import (
     poisson,
     scale_rate,
     scale_time,
+    steady,
     window,
 )
 from tokenpilot_lab.workload.parse import AZURE_LLM_MAPPING, MOONCAKE_MAPPING
@@ -196,3 +197,27 @@ def test_overlay_keeps_each_copy_a_different_user_for_the_prefix_cache() -> None
     laid = overlay(trace, 2, seed=0)
     hashes = sorted(r.hash_ids for r in laid.requests)
     assert hashes == [(0, 1), (0, 2), (3, 4), (3, 5)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 1000))
+def test_steady_keeps_the_requests_and_span_and_levels_the_bursts(seed: int) -> None:
+    trace = bursts(1.0, 20.0, 600.0, seed=3)
+    level = steady(trace, seed=seed)
+    assert level.duration_s == trace.duration_s
+    sizes = [(r.num_prompt_tokens, r.num_output_tokens) for r in level.requests]
+    assert sizes == [(r.num_prompt_tokens, r.num_output_tokens) for r in trace.requests]
+    arrivals = [r.arrival_s for r in level.requests]
+    assert arrivals == sorted(arrivals)
+    assert arrivals[0] >= 0.0
+    assert arrivals[-1] <= 600.0
+    assert steady(trace, seed=seed) == level  # deterministic
+
+    def busiest_minute(t: Trace) -> int:
+        minutes = [0] * 10
+        for r in t.requests:
+            minutes[min(9, int(r.arrival_s // 60))] += 1
+        return max(minutes)
+
+    # The bursts (20 rps for 30 s in each 300 s) are gone: no minute holds much over the mean.
+    assert busiest_minute(level) < 0.6 * busiest_minute(trace)

@@ -134,6 +134,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "requests for hpa and aibrix-kpa, requests in flight for keda (default: each "
         "measured by the sizing)",
     )
+    parser.add_argument(
+        "--baseline-targets",
+        choices=("busiest", "steady"),
+        help="how the autoscaling baselines' targets are measured, on one replica: 'busiest' "
+        "replays the busiest 5 min faster until it misses 99 %% (default); 'steady' runs a "
+        "load test of the same requests at a constant rate, as a fixed-rate benchmark would; "
+        "not with --target-running, which sets the target itself",
+    )
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=64)
     parser.add_argument("--initial-replicas", type=int, help="Ready at t=0 (default: min)")
@@ -191,6 +199,11 @@ def check_flags(args: argparse.Namespace) -> None:
     for flag, value in above_zero:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{flag} {value:g}: must be a finite number > 0")
+    if args.target_running is not None and args.baseline_targets is not None:
+        raise ValueError(
+            f"--baseline-targets {args.baseline_targets} with --target-running: the one sets how "
+            "the targets are measured, the other sets them; drop one"
+        )
     lo, hi, initial = args.min_replicas, args.max_replicas, args.initial_replicas
     if hi < lo:
         raise ValueError(f"--max-replicas {hi}: must be >= --min-replicas ({lo})")
@@ -363,6 +376,7 @@ def _simulate(
         default_engine=default_engine,
         timer=timer,
         target_running_per_replica=args.target_running,
+        steady_targets=args.baseline_targets == "steady",
         model=args.model,
     )
     show = sys.stderr.isatty() and not args.json
@@ -474,8 +488,8 @@ def render_table(
     if sizing is not None:
         tuned = sizing.tuned_capacity
         console.print(
-            f"  sizing: {sizing.reason}; one replica's measured capacity (its load at the "
-            f"fastest replay of the busiest 5 min meeting 99 %): default budget "
+            f"  sizing: {sizing.reason}; one replica's measured capacity "
+            f"({sizing.target_basis}): default budget "
             f"{sizing.target_running_per_replica:g} running (hpa, aibrix-kpa target), "
             f"{sizing.target_in_flight_per_replica:g} in flight (keda threshold)"
             + (

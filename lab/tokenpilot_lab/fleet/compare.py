@@ -28,6 +28,7 @@ from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult
 from tokenpilot_lab.fleet.simulator import ProgressFn, simulate
 from tokenpilot_lab.fleet.sizing import (
+    STEADY_BASIS,
     Capacity,
     Sizing,
     measure_capacity,
@@ -35,7 +36,7 @@ from tokenpilot_lab.fleet.sizing import (
     size_for_peak,
 )
 from tokenpilot_lab.sim import EngineConfig, StepTimer
-from tokenpilot_lab.workload import Trace, window
+from tokenpilot_lab.workload import Trace, steady, window
 
 POLICY_NAMES = (
     "tokenpilot",
@@ -124,11 +125,16 @@ def contenders(
     timer: StepTimer,
     sizing: Sizing | None = None,
     target_running_per_replica: float | None = None,
+    steady_targets: bool = False,
     model: str = "llama-3.1-8b",
 ) -> tuple[list[Contender], Sizing | None]:
     """Build the named contenders. The static fleets, the baselines' targets and every
     autoscaler's opening fleet are sized on the budget the contender runs; the sizing returned
-    is the default budget's, with the tuned budget's capacity and static fleet beside it."""
+    is the default budget's, with the tuned budget's capacity and static fleet beside it.
+
+    The baselines' targets are measured on the busiest 5 min replayed faster, or, with
+    `steady_targets`, on a steady load test of its requests (`workload.steady`): what a user
+    who sized the target with a fixed-rate benchmark of the production mix would set."""
 
     def budget(engine: EngineConfig) -> str:
         return "tuned" if engine is tuned_engine else "default"
@@ -154,6 +160,10 @@ def contenders(
         if key not in capacities:
             if target_running_per_replica is not None:
                 capacities[key] = Capacity(target_running_per_replica, target_running_per_replica)
+            elif steady_targets:
+                capacities[key] = measure_capacity(
+                    steady(_peak(trace), seed=0), fleet, engine, timer
+                )
             elif key in sizings:
                 capacities[key] = Capacity(
                     sizings[key].target_running_per_replica,
@@ -210,6 +220,22 @@ def contenders(
             tuned_capacity=capacities.get("tuned"),
             tuned_static=tuned,
         )
+        if steady_targets:
+            measured = capacities.get("default")
+            default = replace(
+                default,
+                target_running_per_replica=(
+                    default.target_running_per_replica
+                    if measured is None
+                    else measured.running_per_replica
+                ),
+                target_in_flight_per_replica=(
+                    default.target_in_flight_per_replica
+                    if measured is None
+                    else measured.in_flight_per_replica
+                ),
+                target_basis=STEADY_BASIS,
+            )
     return out, default
 
 

@@ -30,6 +30,13 @@ NUM_BISECTIONS = 5
 DEFAULT_PEAK_WINDOW_S = 300.0
 DEFAULT_MIN_ATTAINMENT = 0.99
 
+# Where the baselines' per-replica targets were measured, in the words the table prints.
+BUSIEST_BASIS = "its load at the fastest replay of the busiest 5 min meeting 99 %"
+STEADY_BASIS = (
+    "its load at the fastest steady load test meeting 99 %, the busiest 5 min's requests "
+    "at a constant rate"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
@@ -53,6 +60,7 @@ class Sizing:
     # budget's own sizing where a static fleet runs it (`static-peak+tuned`).
     tuned_capacity: Capacity | None = None
     tuned_static: Sizing | None = None
+    target_basis: str = BUSIEST_BASIS
 
 
 def size_for_peak(

@@ -7,7 +7,7 @@ and window transforms. No I/O here: `tokenpilot_lab.traces` reads files and feed
 from tokenpilot_lab.workload.parse import ColumnMapping, TimeUnit, TraceBuilder
 from tokenpilot_lab.workload.synthetic import bursts, diurnal, poisson
 from tokenpilot_lab.workload.trace import Trace, TraceError, TraceRequest
-from tokenpilot_lab.workload.transform import overlay, scale_rate, scale_time, window
+from tokenpilot_lab.workload.transform import overlay, scale_rate, scale_time, steady, window
 
 __all__ = [
     "ColumnMapping",
@@ -22,5 +22,6 @@ __all__ = [
     "poisson",
     "scale_rate",
     "scale_time",
+    "steady",
     "window",
 ]

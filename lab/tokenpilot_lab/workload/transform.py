@@ -74,3 +74,19 @@ def overlay(trace: Trace, copies: int, *, seed: int, jitter_s: float = 5.0) -> T
             requests.append(replace(request, arrival_s=arrival_s, hash_ids=hashes))
     requests.sort(key=lambda r: r.arrival_s)
     return replace(trace, name=f"{trace.name} load x{copies}", requests=tuple(requests))
+
+
+def steady(trace: Trace, *, seed: int) -> Trace:
+    """The same requests, in the same order, arriving at the trace's mean rate: a Poisson
+    process over the same duration (the order statistics of uniform draws from `seed`). What a
+    load test at a fixed rate sends with the production mix: the sizes are the trace's, its
+    bursts are gone."""
+    if not trace.requests or trace.duration_s <= 0:
+        return trace
+    rng = random.Random(seed)
+    arrivals = sorted(rng.uniform(0.0, trace.duration_s) for _ in trace.requests)
+    requests = tuple(
+        replace(request, arrival_s=arrival_s)
+        for request, arrival_s in zip(trace.requests, arrivals, strict=True)
+    )
+    return replace(trace, name=f"{trace.name} steady", requests=requests)
