@@ -174,3 +174,24 @@ def test_window_and_rate_reshape_the_trace(capsys: pytest.CaptureFixture[str]) -
     assert 0 < cut["requests"] < whole["requests"]
     assert faster["requests"] == whole["requests"]
     assert faster["trace"].endswith(" x2")
+
+
+def test_steady_load_targets_are_measured_and_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # The bursts generator's busiest 5 min overload one replica in every burst; the same
+    # requests at a steady rate let it carry more, so a load test sizes a leaner target (on
+    # the tuner's budget: at 2,048 tokens one running request is all either allows).
+    at = ARGS.index("--budget")
+    argv = [*ARGS[:at], *ARGS[at + 2 :], "--policy", "static-peak,hpa+tuned"]
+    code, busiest, _ = run(capsys, argv)
+    assert code == 0
+    code, steady, _ = run(capsys, [*argv, "--baseline-targets", "steady"])
+    assert code == 0
+    # The table wraps at a fixed width: read it as words.
+    busiest, steady = " ".join(busiest.split()), " ".join(steady.split())
+    assert "fastest replay of the busiest 5 min" in busiest
+    assert "fastest steady load test" in steady
+
+    def tuned_target(table: str) -> float:
+        return float(table.split("tuned budget ")[1].split(" running")[0])
+
+    assert tuned_target(steady) > tuned_target(busiest)
