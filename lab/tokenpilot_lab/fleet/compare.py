@@ -136,6 +136,11 @@ def contenders(
     `steady_targets`, on a steady load test of its requests (`workload.steady`): what a user
     who sized the target with a fixed-rate benchmark of the production mix would set."""
 
+    if steady_targets and target_running_per_replica is not None:
+        raise ValueError(
+            "steady_targets measures the targets and target_running_per_replica sets them: pass one"
+        )
+
     def budget(engine: EngineConfig) -> str:
         return "tuned" if engine is tuned_engine else "default"
 
@@ -221,19 +226,13 @@ def contenders(
             tuned_static=tuned,
         )
         if steady_targets:
-            measured = capacities.get("default")
+            # The table reports the default budget's target beside the tuned one: measured the
+            # same way, even where no default-budget baseline runs.
+            measured = capacity(default_engine)
             default = replace(
                 default,
-                target_running_per_replica=(
-                    default.target_running_per_replica
-                    if measured is None
-                    else measured.running_per_replica
-                ),
-                target_in_flight_per_replica=(
-                    default.target_in_flight_per_replica
-                    if measured is None
-                    else measured.in_flight_per_replica
-                ),
+                target_running_per_replica=measured.running_per_replica,
+                target_in_flight_per_replica=measured.in_flight_per_replica,
                 target_basis=STEADY_BASIS,
             )
     return out, default
