@@ -488,7 +488,7 @@ def render_table(
     if sizing is not None:
         tuned = sizing.tuned_capacity
         console.print(
-            f"  sizing: {sizing.reason}; one replica's measured capacity "
+            f"  sizing: {sizing.reason}; the baselines' targets per replica "
             f"({sizing.target_basis}): default budget "
             f"{sizing.target_running_per_replica:g} running (hpa, aibrix-kpa target), "
             f"{sizing.target_in_flight_per_replica:g} in flight (keda threshold)"

@@ -28,6 +28,8 @@ from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult
 from tokenpilot_lab.fleet.simulator import ProgressFn, simulate
 from tokenpilot_lab.fleet.sizing import (
+    BUSIEST_BASIS,
+    FIXED_BASIS,
     STEADY_BASIS,
     Capacity,
     Sizing,
@@ -165,17 +167,15 @@ def contenders(
         if key not in capacities:
             if target_running_per_replica is not None:
                 capacities[key] = Capacity(target_running_per_replica, target_running_per_replica)
-            elif steady_targets:
-                capacities[key] = measure_capacity(
-                    steady(_peak(trace), seed=0), fleet, engine, timer
-                )
-            elif key in sizings:
+            elif not steady_targets and key in sizings:
+                # The static fleet's sizing measured it already, on the same window.
                 capacities[key] = Capacity(
                     sizings[key].target_running_per_replica,
                     sizings[key].target_in_flight_per_replica,
                 )
             else:
-                capacities[key] = measure_capacity(_peak(trace), fleet, engine, timer)
+                load_test = steady(_peak(trace), seed=0) if steady_targets else _peak(trace)
+                capacities[key] = measure_capacity(load_test, fleet, engine, timer)
         return capacities[key]
 
     def autoscaled(engine: EngineConfig) -> FleetConfig:
@@ -220,21 +220,23 @@ def contenders(
     default = sizings.get("default")
     if default is not None:
         tuned = sizings.get("tuned")
+        # The table reports the targets the baselines ran, on both budgets and from one
+        # source, even where no default-budget baseline runs.
+        targets = capacity(default_engine)
         default = replace(
             default,
+            target_running_per_replica=targets.running_per_replica,
+            target_in_flight_per_replica=targets.in_flight_per_replica,
             tuned_capacity=capacities.get("tuned"),
             tuned_static=tuned,
+            target_basis=(
+                FIXED_BASIS
+                if target_running_per_replica is not None
+                else STEADY_BASIS
+                if steady_targets
+                else BUSIEST_BASIS
+            ),
         )
-        if steady_targets:
-            # The table reports the default budget's target beside the tuned one: measured the
-            # same way, even where no default-budget baseline runs.
-            measured = capacity(default_engine)
-            default = replace(
-                default,
-                target_running_per_replica=measured.running_per_replica,
-                target_in_flight_per_replica=measured.in_flight_per_replica,
-                target_basis=STEADY_BASIS,
-            )
     return out, default
 
 

@@ -30,12 +30,13 @@ NUM_BISECTIONS = 5
 DEFAULT_PEAK_WINDOW_S = 300.0
 DEFAULT_MIN_ATTAINMENT = 0.99
 
-# Where the baselines' per-replica targets were measured, in the words the table prints.
-BUSIEST_BASIS = "its load at the fastest replay of the busiest 5 min meeting 99 %"
+# Where the baselines' per-replica targets came from, in the words the table prints.
+BUSIEST_BASIS = "one replica's load at the fastest replay of the busiest 5 min meeting 99 %"
 STEADY_BASIS = (
-    "its load at the fastest steady load test meeting 99 %, the busiest 5 min's requests "
-    "at a constant rate"
+    "one replica's load at the fastest steady load test meeting 99 %, the busiest 5 min's "
+    "requests at a constant rate"
 )
+FIXED_BASIS = "set by the caller, not measured"
 
 
 @dataclass(frozen=True, slots=True)
