@@ -50,7 +50,13 @@ def test_json_is_one_object_with_attainment_as_a_fraction(
     code, out, _ = run(capsys, [*ARGS, "--json", "--policy", "hpa,keda"])
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"trace", "requests", "cold_start_s", "policies"}
+    assert set(data) == {
+        "trace",
+        "requests",
+        "cold_start_s",
+        "prompt_tokens_per_5min_swing",
+        "policies",
+    }
     assert list(data["policies"]) == ["hpa", "keda"]
     for figures in data["policies"].values():
         assert set(figures) == {

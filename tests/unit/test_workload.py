@@ -170,6 +170,19 @@ def test_peak_window_finds_the_burst() -> None:
     assert 585.0 <= start <= 600.0
 
 
+def test_swing_is_the_busiest_whole_window_over_the_calmest() -> None:
+    # 5-minute windows of 1, 3 and 4 prompt tokens a request; the last 100 s is not a whole
+    # window, so its tall burst does not count.
+    rows = [(10.0, 1), (310.0, 3), (620.0, 4), (950.0, 1000)]
+    trace = Trace("t", tuple(TraceRequest(t, p, 1) for t, p in rows), 1000.0)
+    assert trace.prompt_tokens_swing(300.0) == 4.0
+    assert Trace("t", trace.requests[:1], 599.0).prompt_tokens_swing(300.0) is None  # one window
+    gap = Trace("t", (TraceRequest(10.0, 5, 1),), 600.0)
+    assert gap.prompt_tokens_swing(300.0) is None  # an empty window: no bound
+    assert poisson(20.0, 3600.0, seed=1).prompt_tokens_swing(300.0) < 2.0  # flat, as issue 13 says
+    assert bursts(1.0, 20.0, 3600.0, seed=1, burst_every_s=900.0).prompt_tokens_swing(300.0) > 2.0
+
+
 @settings(max_examples=25, deadline=None)
 @given(copies=st.integers(1, 6), seed=st.integers(0, 1000))
 def test_overlay_multiplies_the_load_and_keeps_the_span_and_shape(copies: int, seed: int) -> None:

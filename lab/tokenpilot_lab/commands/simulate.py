@@ -64,6 +64,10 @@ from tokenpilot_lab.workload import (
 # The table is rendered at a fixed width so the same run prints the same bytes everywhere.
 TABLE_WIDTH = 144
 SLO = "ttft=2s,itl=50ms"
+# How issue 13 tells a load that varies from a flat one: prompt tokens per 5-minute window,
+# the most over the fewest, under 2x is flat.
+SWING_WINDOW_S = 300.0
+FLAT_SWING = 2.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -424,6 +428,10 @@ def _prefix_cache_line(trace: Trace, enabled: bool) -> str:
     return "on, as vLLM's default; the trace has no prefix hashes, so no prompt shares one"
 
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def _num(value: float, digits: int) -> float | None:
     return None if math.isnan(value) else round(value, digits)
 
@@ -450,8 +458,21 @@ def to_json(
         "trace": trace.name,
         "requests": trace.num_requests,
         "cold_start_s": cold_start_s,
+        "prompt_tokens_per_5min_swing": _rounded(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
+
+
+def _swing_words(trace: Trace) -> str:
+    swing = trace.prompt_tokens_swing(SWING_WINDOW_S)
+    whole = int(trace.duration_s // SWING_WINDOW_S)
+    if whole < 2:
+        return "shorter than two 5-minute windows, so how much it varies is not measured"
+    if swing is None:
+        return "a 5-minute window without requests, so it varies without bound"
+    return f"prompt tokens per 5 min vary {swing:.1f}x over its {whole} whole windows" + (
+        " (flat: under 2x)" if swing < FLAT_SWING else ""
+    )
 
 
 def _pct(value: float) -> str:
@@ -478,6 +499,7 @@ def render_table(
         f"vLLM's default {budgets['default']}",
         highlight=False,
     )
+    console.print(f"  load: {_swing_words(trace)}", highlight=False)
     console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
     if budgets.get("prefix_cache"):
         console.print(f"  prefix cache: {budgets['prefix_cache']}", highlight=False)

@@ -62,6 +62,21 @@ class Trace:
     def has_prefix_hashes(self) -> bool:
         return self.hash_block_tokens > 0 and any(r.hash_ids for r in self.requests)
 
+    def prompt_tokens_swing(self, window_s: float) -> float | None:
+        """The most prompt tokens one of the trace's whole `window_s` windows (from its start)
+        holds over the fewest: how much its load varies (issue 13 calls a trace flat under 2x
+        in 5-minute windows). None with fewer than two whole windows, or where one is empty
+        (the load varies without bound)."""
+        count = int(self.duration_s // window_s) if window_s > 0 else 0
+        if count < 2:
+            return None
+        tokens = [0] * count
+        for req in self.requests:
+            index = int(req.arrival_s // window_s)
+            if index < count:
+                tokens[index] += req.num_prompt_tokens
+        return max(tokens) / min(tokens) if min(tokens) > 0 else None
+
     def peak_window_start_s(self, window_s: float) -> float:
         """Start of the `window_s` span holding the most prompt+output tokens (ties: earliest)."""
         reqs = self.requests
