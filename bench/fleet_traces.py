@@ -171,7 +171,9 @@ def main() -> int:
                         markdown(trace, data, rate.strip(), wall_s, maxrss, load.strip()),
                         flush=True,
                     )
-                if rate.strip() == "1" and load.strip() == "1":
+                # The wall and memory limits are the trace files' at their own rate.
+                synthetic = str(trace).startswith(SYNTHETIC)
+                if rate.strip() == "1" and load.strip() == "1" and not synthetic:
                     ok = wall_s < WALL_LIMIT_S and maxrss < MEMORY_LIMIT_KIB
                     failed |= not ok
                     print(
