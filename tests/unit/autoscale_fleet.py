@@ -26,7 +26,7 @@ from tokenpilot.core.autoscale import (
     decide,
 )
 from tokenpilot.core.autoscale.capacity import ReplicaModel
-from tokenpilot.core.autoscale.demand import LoadPoint, counting_noise
+from tokenpilot.core.autoscale.demand import LoadPoint
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
 
@@ -87,17 +87,6 @@ def prompt_rate_points(
         )
         for index, rate in enumerate(prompt_tokens_per_s)
     ]
-
-
-def chance_excess(points: list[LoadPoint], attainment: float = 0.99) -> float:
-    """How far the busiest of `points` stand above their mean by chance alone, as the forecast
-    takes it off (`demand.counting_noise` at the points' own rate and mean prompt)."""
-    span_s = sum(p.interval_s for p in points)
-    requests = sum(p.requests for p in points)
-    mean_prompt = sum(p.prompt_tokens for p in points) / requests
-    return counting_noise(
-        requests / span_s, mean_prompt, span_s / len(points), attainment=attainment
-    )
 
 
 def observe(

@@ -9,13 +9,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from autoscale_fleet import (
-    TTFT_POLICY,
-    TTFT_REPLICA_MODEL,
-    chance_excess,
-    light_load,
-    prompt_rate_points,
-)
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load, prompt_rate_points
 
 from tokenpilot.core.autoscale import History, decide
 from tokenpilot.core.autoscale.demand import (
@@ -78,28 +72,21 @@ def test_an_earlier_burst_counts_by_its_height_over_the_load_it_rode_on():
     rates[burst_at] = line[burst_at] + 8_000.0
     rates[burst_at + 1] = line[burst_at + 1] + 8_000.0
     assert request_weighted_99th(rates) < 15_000.0
-    assert busy_prompt_rate(rates) >= 0.95 * (line[-1] + 8_000.0) - chance_excess(
-        prompt_rate_points(rates)
-    )
+    assert busy_prompt_rate(rates) >= 0.95 * (line[-1] + 8_000.0)
 
 
 def test_a_burst_on_a_level_load_is_remembered_whole():
-    # Nothing is proven: the burst 400 s ago is the busy rate, as it was, less what a Poisson
-    # stream at the memory's rate shows by chance.
+    # Nothing is proven: the burst 400 s ago is the busy rate, as it was.
     rates = noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=9)
     rates[20] = rates[21] = 60_000.0
-    chance = chance_excess(prompt_rate_points(rates))
-    assert 3_000.0 < chance < 6_000.0
-    assert busy_prompt_rate(rates) == pytest.approx(60_000.0 - chance)
+    assert busy_prompt_rate(rates) == pytest.approx(60_000.0)
 
 
 def test_a_burst_out_of_a_silence_is_no_decline():
     # The development trace's largest bursts come after silences (50 s of none before the
     # 860 s burst of Azure code x2): the pairs through a few silent points prove nothing.
     rates = [10_000.0] * 60 + [0.0] * 10 + [90_000.0, 90_000.0] + [10_000.0] * 28
-    assert busy_prompt_rate(rates) == pytest.approx(
-        90_000.0 - chance_excess(prompt_rate_points(rates))
-    )
+    assert busy_prompt_rate(rates) == pytest.approx(90_000.0)
 
 
 def moves_read_on_level_load(seed: int, points_per_memory: int) -> float:

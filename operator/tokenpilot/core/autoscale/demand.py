@@ -10,13 +10,6 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   prompt rate and weighted by the requests in them; the rate at which the weight reaches the
   attainment target is the one to keep up with (at 99 %, the interval holding the busiest 1 % of
   requests may be left to queue). The output rate is taken the same way.
-- **Less what chance shows.** The TTFT rule (core.autoscale.capacity) prices Poisson
-  arrivals at a rate, and a Poisson stream's busiest intervals stand above its rate by chance
-  alone (at 99 %, about 1.45x at 20 requests/s in 5 s intervals, 1.1x at 200): sized on them,
-  a level load would buy the queueing margin twice. So the busy rate is taken less that
-  excess (`counting_noise`, at the memory's request rate and mean prompt), and never below
-  the memory's mean. A burst beyond chance (Azure's 2 s slices at 25x the mean) keeps its
-  height but for that excess.
 - **On the load of now.** A burst comes back on the load of its day, so before the busy
   interval is read each remembered rate is moved along the trend the whole memory proves
   (`memory_trend`, `at_present_level`), to the present: on a level load, bursts included,
@@ -37,9 +30,8 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   demand they have not seen, counted at the mean prompt as a rate that clears them within the
   TTFT SLO.
 - **Records.** Some bursts are taller than anything the memory holds, and no memory of the
-  past sizes a fleet for them. Each interval that arrives once the memory is full, less the
-  chance excess, is measured against the forecast that was in force (`Jump`; an interval as
-  busy as the memory's busiest is 1.0), and those measurements are kept for
+  past sizes a fleet for them. Each interval that arrives once the memory is full is measured
+  against the forecast that was in force (`Jump`), and those measurements are kept for
   `MAX_MEMORY_S`, longer than the memory. `record_jump` is how far beyond its forecast the load
   went, read at the attainment target and weighted by requests: the height of the records
   this service has shown. The fleet is then asked to keep up with the forecast times that
@@ -55,19 +47,12 @@ from statistics import NormalDist
 
 from tokenpilot.core.autoscale.capacity import Demand
 
-# The spread of prompt lengths: log-normal with sigma 0.7, a prior, not a fit. The engines'
-# counters give the mean prompt, not its spread.
-PROMPT_LOG_SIGMA = 0.7
-# A request's prompt at the tail of the mix, as a multiple of the mean: the prior's P99 over
-# its mean, exp(2.326 x 0.7 - 0.7^2 / 2) = 4.0. For scale, the traces' own P99 / mean: 3.6 in
-# azure-llm-2023-code.csv (the development trace), 4.3 in mooncake-synthetic.jsonl. The tail
-# sets how busy prefill may be (core.autoscale.capacity).
-TAIL_PROMPT_FACTOR = round(
-    math.exp(NormalDist().inv_cdf(0.99) * PROMPT_LOG_SIGMA - PROMPT_LOG_SIGMA**2 / 2), 1
-)
-# The prior's mean square prompt over its squared mean, exp(sigma^2) = 1.63: what a prompt's
-# length adds to the counting noise of an interval's prompt tokens (`counting_noise`).
-PROMPT_SECOND_MOMENT_FACTOR = math.exp(PROMPT_LOG_SIGMA**2)
+# A request's prompt at the tail of the mix, as a multiple of the mean: the P99 over the mean
+# of a log-normal with sigma 0.7 (exp(2.326 x 0.7 - 0.7^2 / 2) = 4.0), a prior, not a fit. For
+# scale, the traces' own P99 / mean: 3.6 in azure-llm-2023-code.csv (the development trace),
+# 4.3 in mooncake-synthetic.jsonl. The engines' counters give the mean; the tail sets how busy
+# prefill may be (core.autoscale.capacity).
+TAIL_PROMPT_FACTOR = 4.0
 # How often a level load may be read as a ramp, per startup horizon. The trend is tested at
 # every evaluation and the evaluations of one horizon share most of their points, so at 5 %
 # per evaluation a noisy level load shows a false ramp about once in 20 evaluations, each
@@ -128,10 +113,6 @@ class Forecast:
     # How far beyond its forecast the load has gone in the last `MAX_MEMORY_S` (1.0: never by
     # the attainment target's share of the requests); `burst` is `demand` times that.
     record_jump: float = 1.0
-    # How far a Poisson stream at the memory's rate stands above it at the attainment quantile
-    # by chance (`counting_noise`): taken off the busy rate, and off each interval a jump
-    # measures against this forecast.
-    chance_prompt_tokens_per_s: float = 0.0
 
     @property
     def burst(self) -> Demand:
@@ -164,19 +145,16 @@ def remember(
 def jump(
     previous: Forecast | None, point: LoadPoint, *, memory_s: float, backlog_s: float
 ) -> Jump | None:
-    """`point`'s prompt rate (its queue included, as the forecast counts it), less the chance
-    excess `previous` took off its busy rate, over the prompt rate `previous` forecast; None
-    while that forecast had not seen a whole memory (a jump over a short memory says the
-    memory is short, not that the load has records). An interval as busy as the memory's
-    busiest is a jump of 1.0, as it is no record."""
+    """`point`'s prompt rate (its queue included, as the forecast counts it) over the prompt
+    rate `previous` forecast; None while that forecast had not seen a whole memory (a jump
+    over a short memory says the memory is short, not that the load has records)."""
     if previous is None or previous.span_s < memory_s - point.interval_s - 1e-9:
         return None
     sized = previous.demand.prompt_tokens_per_s
     if sized <= 0:
         return None
     rate = _with_queue(point, previous.demand.mean_prompt_tokens, backlog_s)
-    beyond = max(0.0, rate - previous.chance_prompt_tokens_per_s)
-    return Jump(point.at_s, beyond / sized, point.requests + point.waiting)
+    return Jump(point.at_s, rate / sized, point.requests + point.waiting)
 
 
 def remember_jump(jumps: Sequence[Jump], new: Jump | None, now_s: float) -> tuple[Jump, ...]:
@@ -231,13 +209,6 @@ def forecast(
     output_rates = at_present_level(output_series, memory_trend(output_series, z=memory_z))
     weights = [p.requests + p.waiting for p in points]
     busy_p = _weighted_quantile(list(zip(prompt_rates, weights, strict=True)), attainment)
-    # The TTFT rule prices Poisson arrivals at a rate; the busiest intervals of a Poisson
-    # stream at that rate stand above it by chance alone, so that much is taken back off.
-    chance_p = counting_noise(
-        requests / span_s, mean_prompt, span_s / len(points), attainment=attainment
-    )
-    mean_p = sum(rate * p.interval_s for rate, p in zip(prompt_rates, points, strict=True))
-    busy_p = max(mean_p / span_s, busy_p - chance_p)
     busy_d = _weighted_quantile(list(zip(output_rates, weights, strict=True)), attainment)
 
     def demand(prompt_per_s: float, output_per_s: float) -> Demand:
@@ -253,24 +224,7 @@ def forecast(
         num_points=len(points),
         span_s=span_s,
         record_jump=record_jump(jumps, attainment) if jumps else 1.0,
-        chance_prompt_tokens_per_s=chance_p,
     )
-
-
-def counting_noise(
-    requests_per_s: float, mean_prompt_tokens: float, interval_s: float, *, attainment: float
-) -> float:
-    """How far above its mean the prompt rate of an `interval_s` interval stands at the
-    `attainment` quantile by chance alone, where requests arrive as a Poisson stream of
-    `requests_per_s` with prompts of the prior's spread (prompt tokens/s).
-
-    An interval's prompt tokens are a compound Poisson sum: variance rate x interval x E[x^2],
-    with E[x^2] = PROMPT_SECOND_MOMENT_FACTOR x mean^2; taken at the normal quantile."""
-    if requests_per_s <= 0 or interval_s <= 0:
-        return 0.0
-    second_moment = PROMPT_SECOND_MOMENT_FACTOR * mean_prompt_tokens**2
-    spread = math.sqrt(requests_per_s * interval_s * second_moment) / interval_s
-    return NormalDist().inv_cdf(attainment) * spread if attainment < 1.0 else 0.0
 
 
 def _with_queue(point: LoadPoint, mean_prompt_tokens: float, backlog_s: float) -> float:
