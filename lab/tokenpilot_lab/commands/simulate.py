@@ -428,12 +428,8 @@ def _prefix_cache_line(trace: Trace, enabled: bool) -> str:
     return "on, as vLLM's default; the trace has no prefix hashes, so no prompt shares one"
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _num(value: float, digits: int) -> float | None:
-    return None if math.isnan(value) else round(value, digits)
+def _num(value: float | None, digits: int) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, digits)
 
 
 def to_json(
@@ -458,14 +454,14 @@ def to_json(
         "trace": trace.name,
         "requests": trace.num_requests,
         "cold_start_s": cold_start_s,
-        "prompt_tokens_per_5min_swing": _rounded(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
+        "prompt_tokens_per_5min_swing": _num(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
 
 
 def _swing_words(trace: Trace) -> str:
     swing = trace.prompt_tokens_swing(SWING_WINDOW_S)
-    whole = int(trace.duration_s // SWING_WINDOW_S)
+    whole = trace.num_whole_windows(SWING_WINDOW_S)
     if whole < 2:
         return "shorter than two 5-minute windows, so how much it varies is not measured"
     if swing is None:

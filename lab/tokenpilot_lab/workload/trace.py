@@ -62,12 +62,16 @@ class Trace:
     def has_prefix_hashes(self) -> bool:
         return self.hash_block_tokens > 0 and any(r.hash_ids for r in self.requests)
 
+    def num_whole_windows(self, window_s: float) -> int:
+        """How many whole `window_s` windows the trace spans from its start."""
+        return int(self.duration_s // window_s) if window_s > 0 else 0
+
     def prompt_tokens_swing(self, window_s: float) -> float | None:
         """The most prompt tokens one of the trace's whole `window_s` windows (from its start)
         holds over the fewest: how much its load varies (issue 13 calls a trace flat under 2x
         in 5-minute windows). None with fewer than two whole windows, or where one is empty
         (the load varies without bound)."""
-        count = int(self.duration_s // window_s) if window_s > 0 else 0
+        count = self.num_whole_windows(window_s)
         if count < 2:
             return None
         tokens = [0] * count
