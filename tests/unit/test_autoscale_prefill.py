@@ -32,6 +32,7 @@ from tokenpilot.core.autoscale import (
     decide,
 )
 from tokenpilot.core.autoscale.demand import LoadPoint, forecast
+from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.histogram import bucket_upper_bound
 from tokenpilot.core.vllm_metrics import TTFT_BUCKETS_S
 
@@ -90,8 +91,8 @@ def test_a_ttft_breach_scales_only_when_replicas_can_shorten_it(observation, cod
         assert decision.mode is Mode.hold
         in_flight = observation.num_requests_running + observation.num_requests_waiting
         per_replica = in_flight / observation.num_pods_scraped
-        assert f"P99 TTFT {observation.ttft.p99_s:.2f} s over the 2 s SLO" in decision.reason
-        assert f"with {per_replica:.2f} requests in flight per replica" in decision.reason
+        assert f"P99 TTFT {approx(observation.ttft.p99_s)} s over the 2 s SLO" in decision.reason
+        assert f"with {approx(per_replica)} requests in flight per replica" in decision.reason
         assert "more replicas cannot shorten one prefill" in decision.reason
 
 

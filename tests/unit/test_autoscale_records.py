@@ -77,11 +77,11 @@ def test_after_a_record_burst_the_fleet_keeps_up_with_one_as_tall_and_forgets_it
     level_replicas, level_words = decisions[warm - 1]
     assert "keep up with a burst" not in level_words
     replicas, words = decisions[warm + 20]
-    assert "to keep up with a burst 2.00x that (the records of the last 60 min)" in words
+    assert "to keep up with a burst 2.0x that (the records of the last 60 min)" in words
     assert replicas > level_replicas
     # The burst's own interval has left the memory: only the record's height holds the fleet.
     replicas, words = decisions[warm + 110]
-    assert "keep up with a burst 2.00x" in words
+    assert "keep up with a burst 2.0x" in words
     assert replicas > level_replicas
     # An hour on, the record is forgotten and the fleet is the level load's again.
     assert decisions[-1][0] == level_replicas

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason, Signals
 from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Forecast
+from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
 
@@ -522,14 +523,14 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         if burst > replicas:
             replicas, verdict = burst, burst_verdict
             record = (
-                f", {burst} to keep up with a burst {outlook.record_jump:.2f}x that "
+                f", {burst} to keep up with a burst {approx(outlook.record_jump)}x that "
                 f"(the records of the last {MAX_MEMORY_S / 60:.0f} min)"
             )
     replicas = policy.clamp(replicas)
     limit = "" if verdict.ok else f" ({verdict.why} even then)"
     words = (
-        f"forecast {demand.prompt_tokens_per_s:,.0f} prompt and "
-        f"{demand.output_tokens_per_s:,.0f} output tokens/s "
+        f"forecast {approx(demand.prompt_tokens_per_s)} prompt and "
+        f"{approx(demand.output_tokens_per_s)} output tokens/s "
         f"(busiest {policy.attainment:.0%} of the last {outlook.span_s:.0f} s"
         + (
             f" on the load of now, which {_trend_words(outlook)}"
@@ -537,7 +538,7 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
             else ""
         )
         + (
-            f", +{outlook.growth_prompt_tokens_per_s:,.0f} prompt tokens/s of growth"
+            f", +{approx(outlook.growth_prompt_tokens_per_s)} prompt tokens/s of growth"
             if outlook.growth_prompt_tokens_per_s > 0
             else ""
         )
@@ -551,7 +552,7 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
 def _trend_words(outlook: Forecast) -> str:
     slope = outlook.memory_trend_prompt_tokens_per_s2
     way = "rose" if slope > 0 else "fell"
-    return f"{way} {abs(slope) * outlook.span_s:,.0f} prompt tokens/s over it"
+    return f"{way} {approx(abs(slope) * outlook.span_s)} prompt tokens/s over it"
 
 
 def _model_step(
@@ -673,8 +674,8 @@ def _prefill_bound(
         observation.num_requests_waiting or 0.0
     )
     return (
-        f"P99 TTFT {signals.ttft_p99_s:.2f} s over the {policy.ttft_p99_slo_s:g} s SLO with "
-        f"{in_flight / observation.num_pods_scraped:.2f} requests in flight per replica: each "
+        f"P99 TTFT {approx(signals.ttft_p99_s)} s over the {policy.ttft_p99_slo_s:g} s SLO with "
+        f"{approx(in_flight / observation.num_pods_scraped)} requests in flight per replica: each "
         "has an engine to itself, so its TTFT is its own prefill, set by prompt length; more "
         "replicas cannot shorten one prefill"
     )
@@ -715,7 +716,7 @@ def _short_after_step(
         projected_s = quantile.p99_s * load_factor
         if projected_s > policy.scale_down_latency_ratio * slo_s:
             return (
-                f"P99 {name} would be about {projected_s:.3f} s, over "
+                f"P99 {name} would be about {approx(projected_s)} s, over "
                 f"{policy.scale_down_latency_ratio * slo_s:g} s"
             )
     return None
@@ -746,7 +747,8 @@ def _describe(policy: AutoscalePolicy, signals: Signals) -> str:
     ):
         if slo_s is None:
             continue
-        shown = "idle" if value is None and ratio == 0.0 else f"{value:.3f} s"
+        unread = "idle" if ratio == 0.0 else "unread"
+        shown = unread if value is None else f"{approx(value)} s"
         doubt = "".join(
             f"; its bucket {lo:g}-{hi:g} s holds the SLO: not provably over"
             for unproven, lo, hi in signals.unproven
