@@ -128,6 +128,7 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         (["--policy", "hpa,magic"], "unknown magic"),
         (["--slo", "ttft=2"], "--slo 'ttft=2'"),
         (["--rate", "fast"], "--rate 'fast'"),
+        (["--load", "x0"], "--load 'x0': expected a whole number of copies, at least 1"),
         (["--gpu", "TPU-v9"], "unknown GPU 'TPU-v9'"),
         (["--cold-start", "-5"], "--cold-start -5: must be a finite number >= 0"),
         (["--cold-start", "nan"], "--cold-start nan:"),

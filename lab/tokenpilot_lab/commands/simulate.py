@@ -265,7 +265,9 @@ def parse_rate(text: str) -> float:
 def parse_load(text: str) -> int:
     match = re.fullmatch(r"x?\s*([0-9]+)", text.strip())
     if not match or int(match.group(1)) < 1:
-        raise TraceError(f"--load {text!r}: expected a whole number of copies such as x8")
+        raise TraceError(
+            f"--load {text!r}: expected a whole number of copies, at least 1, such as x8"
+        )
     return int(match.group(1))
 
 
