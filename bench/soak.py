@@ -161,11 +161,31 @@ def evaluation_p99_s(metrics_url: str) -> float | None:
     return next(edge for edge in sorted(buckets) if buckets[edge] >= 0.99 * total)
 
 
+def profile_apiserver(kubeconfig: str, out: Path, after_s: float, seconds: int = 60) -> None:
+    """kube-apiserver's own CPU profile (its /debug/pprof, on by default) over `seconds`,
+    `after_s` from now: which of its work the soak's clients cost, by function."""
+    time.sleep(after_s)
+    with out.open("wb") as file:
+        subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", "--raw",
+             f"/debug/pprof/profile?seconds={seconds}"],
+            stdout=file, check=True, timeout=seconds + 60,
+        )  # fmt: skip
+    print(f"kube-apiserver CPU profile ({seconds} s) in {out}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--services", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument(
+        "--profile-apiserver",
+        type=Path,
+        metavar="FILE",
+        help="write a CPU profile of kube-apiserver, taken over the soak's middle minute, here "
+        "(read it with `go tool pprof -top FILE`)",
+    )
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="tokenpilot-soak-"))
@@ -173,7 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     pools.write_text(yaml.safe_dump(NODE_POOLS))
     state_dir = work / "cluster"
     print(f"dev cluster in {state_dir}", flush=True)
-    st = cluster.up(cluster.UpOptions(name="soak", state_dir=state_dir, node_pools=pools))
+    st = cluster.up(
+        cluster.UpOptions(
+            name="soak",
+            state_dir=state_dir,
+            node_pools=pools,
+            profiling=args.profile_apiserver is not None,
+        )
+    )
     operator: subprocess.Popen[bytes] | None = None
     children: list[multiprocessing.Process] = []
     try:
@@ -249,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
                 bind_new_pods()
 
         threading.Thread(target=rebind, daemon=True).start()
+        if args.profile_apiserver is not None:
+            threading.Thread(
+                target=profile_apiserver,
+                args=(st.kubeconfig, args.profile_apiserver, max(0.0, args.minutes * 30 - 30)),
+                daemon=True,
+            ).start()
         budget = 1024
         while time.monotonic() < deadline:
             name = f"svc-{rng.randrange(args.services):04d}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tokenpilot_lab.devcluster.certs import Pki
@@ -83,3 +84,11 @@ def test_etcd_skips_fsync_and_the_api_server_uses_its_own_pki_and_tokens() -> No
     assert api.ready.ca == D / "pki" / "ca.crt" and api.ready.token == "secret"
     assert specs["pod-runner"].argv[:4] == ["/py", "-m", "tokenpilot.cli", "pod-runner"]
     assert specs["pod-runner"].ready.file == D / "pod-runner.ready"
+
+
+def test_the_api_servers_profiler_is_off_unless_a_bench_asks_for_it() -> None:
+    def apiserver_argv(layout: Layout) -> list[str]:
+        return next(s.argv for s in plan(layout, Timeouts()) if s.name == "kube-apiserver")
+
+    assert "--profiling=false" in apiserver_argv(_layout())
+    assert "--profiling=true" in apiserver_argv(replace(_layout(), profiling=True))

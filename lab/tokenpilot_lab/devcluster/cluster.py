@@ -70,6 +70,7 @@ class UpOptions:
     # "processes": the image map's local commands; "containers": podman containers of the
     # pods' images where podman has them (else the local command). See podrunner.runner.
     pod_mode: str = "processes"
+    profiling: bool = False  # kube-apiserver's /debug/pprof, for a bench's CPU profile
     owner_pid: int | None = None  # see `sweep_orphans`
     timeouts: Timeouts = field(default_factory=Timeouts)
 
@@ -251,6 +252,7 @@ def _start(
         image_map=image_map,
         python=sys.executable,
         pod_mode=options.pod_mode,
+        profiling=options.profiling,
     )
     launcher = _Launcher(st, progress)
     for spec in components.plan(layout, options.timeouts):

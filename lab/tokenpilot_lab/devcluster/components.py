@@ -71,6 +71,8 @@ class Layout:
     image_map: Path | None  # None: no pod runner
     python: str
     pod_mode: str = "processes"  # see podrunner.runner.POD_MODES
+    # kube-apiserver's /debug/pprof: off, as on a hardened cluster, unless a bench asks for it.
+    profiling: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def plan(layout: Layout, timeouts: Timeouts) -> list[ProcessSpec]:
                 "--allow-privileged=true",
                 # 127.0.0.1 is not a valid endpoint address for the `kubernetes` Service.
                 "--endpoint-reconciler-type=none",
-                "--profiling=false",
+                f"--profiling={str(layout.profiling).lower()}",
                 f"--audit-policy-file={d / AUDIT_POLICY_FILE}",
                 f"--audit-log-path={d / AUDIT_LOG}",
                 "--audit-log-format=json",
