@@ -162,8 +162,9 @@ def evaluation_p99_s(metrics_url: str) -> float | None:
 
 
 def profile_apiserver(kubeconfig: str, out: Path, after_s: float, seconds: int = 60) -> None:
-    """kube-apiserver's own CPU profile (its /debug/pprof, on by default) over `seconds`,
-    `after_s` from now: which of its work the soak's clients cost, by function."""
+    """kube-apiserver's own CPU profile over `seconds`, `after_s` from now: which of its work
+    the soak's clients cost, by function. Needs the cluster up with `profiling` (its
+    /debug/pprof is off in the dev cluster otherwise)."""
     time.sleep(after_s)
     with out.open("wb") as file:
         subprocess.run(

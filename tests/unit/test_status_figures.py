@@ -7,23 +7,15 @@ import random
 import re
 from dataclasses import replace
 
-from _steps import LinearStep
-from autoscale_fleet import light_load
+from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.core.autoscale import AutoscalePolicy
-from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.loop import ApplyStatus, Current, Now, ServiceState, step
 from tokenpilot.core.autoscale.observation import Load
 
-MODEL = ReplicaModel(
-    LinearStep(0.005, 30e-6, 30e-6), 2048, 256, 1_000_000, itl_slo_s=0.05, ttft_slo_s=2.0
-)
-POLICY = AutoscalePolicy(
-    min_replicas=1, max_replicas=64, itl_p99_slo_s=0.05, ttft_p99_slo_s=2.0, replica_model=MODEL
-)
+POLICY = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)
 
 
 def test_figures_read_as_people_write_them() -> None:

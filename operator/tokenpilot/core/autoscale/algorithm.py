@@ -741,14 +741,14 @@ def _describe(policy: AutoscalePolicy, signals: Signals) -> str:
             f"queue {signals.queue_per_replica:.1f}/replica "
             f"(target {policy.target_queue_per_replica:g})"
         )
-    for name, value, ratio, slo_s in (
-        ("ITL", signals.itl_p99_s, signals.itl_ratio, policy.itl_p99_slo_s),
-        ("TTFT", signals.ttft_p99_s, signals.ttft_ratio, policy.ttft_p99_slo_s),
+    for name, value, slo_s in (
+        ("ITL", signals.itl_p99_s, policy.itl_p99_slo_s),
+        ("TTFT", signals.ttft_p99_s, policy.ttft_p99_slo_s),
     ):
         if slo_s is None:
             continue
-        unread = "idle" if ratio == 0.0 else "unread"
-        shown = unread if value is None else f"{approx(value)} s"
+        # Past the blind holds every latency with an SLO was read: no P99 is an idle window.
+        shown = "idle" if value is None else f"{approx(value)} s"
         doubt = "".join(
             f"; its bucket {lo:g}-{hi:g} s holds the SLO: not provably over"
             for unproven, lo, hi in signals.unproven
