@@ -54,6 +54,7 @@ def test_json_is_one_object_with_attainment_as_a_fraction(
         "trace",
         "requests",
         "cold_start_s",
+        "operator_restarts_s",
         "prompt_tokens_per_5min_swing",
         "policies",
     }
@@ -142,6 +143,14 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         (["--scrape-interval", "0"], "--scrape-interval 0:"),
         (["--usd-per-gpu-hour", "-1"], "--usd-per-gpu-hour -1:"),
         (["--mean-rps", "-1"], "--mean-rps -1:"),
+        (
+            ["--operator-restarts", "300,soon"],
+            "--operator-restarts '300,soon': give seconds into the run",
+        ),
+        (
+            ["--operator-restarts", "-1"],
+            "--operator-restarts '-1': each must be a finite number of seconds >= 0",
+        ),
     ],
 )
 def test_bad_flags_get_a_clear_error(

@@ -56,3 +56,24 @@ def test_long_prompts_arriving_together_still_scale_out() -> None:
     )
     assert max(result.timeline.spec_replicas) > 2
     assert any(e.to_replicas > e.from_replicas for e in result.scale_events)
+
+
+def test_a_restarted_operator_keeps_the_replicas_and_steps_down_only_after_a_window() -> None:
+    # Bursts of 20,000-token prompts for 400 s, then silence: the fleet grows, then comes back
+    # down. Restarted at 420 s, the operator's autoscaler starts afresh: it keeps the replicas
+    # it finds, and steps down only once its new forecast has seen the 300 s scale-down window.
+    arrivals_s = [10.0 + 60.0 * burst + 0.01 * i for burst in range(7) for i in range(8)]
+    load = trace(arrivals_s, 20_000, 1200.0)
+    kept = simulate(load, OperatorPolicy(ServiceState(AUTOSCALE)), FLEET, ENGINE, TIMER)
+    restarted = simulate(
+        load, OperatorPolicy(ServiceState(AUTOSCALE), restarts_at_s=(420.0,)), FLEET, ENGINE, TIMER
+    )
+    downs = [e for e in restarted.scale_events if e.to_replicas < e.from_replicas]
+    assert not [e for e in downs if 420.0 <= e.time_s < 420.0 + 300.0]
+    assert any(e.time_s >= 720.0 for e in downs)  # then it does come down
+    # A restart after the run's end changes nothing.
+    late = simulate(
+        load, OperatorPolicy(ServiceState(AUTOSCALE), restarts_at_s=(5000.0,)), FLEET, ENGINE, TIMER
+    )
+    assert late.scale_events == kept.scale_events
+    assert late.attainment == kept.attainment

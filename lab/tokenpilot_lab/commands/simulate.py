@@ -155,24 +155,56 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_COLD_START_S,
         help="seconds from scale-up to Ready",
     )
+    parser.add_argument(
+        "--operator-restarts",
+        metavar="S[,S...]",
+        help="seconds into the run at which the operator restarts (an upgrade, a standby's "
+        "takeover): tokenpilot and vllm-default-budget start each service's autoscaler "
+        "afresh, as a new process does, and keep their replicas",
+    )
     parser.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S)
     parser.add_argument("--usd-per-gpu-hour", type=float, help="default: the GPU profile's")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=Path, help="write a PNG of load, replicas, latency")
 
 
+def restart_times(text: str | None) -> tuple[float, ...]:
+    """`--operator-restarts`: a comma list of seconds, each finite and at least 0, sorted."""
+    if not text:
+        return ()
+    try:
+        values = tuple(sorted(float(part) for part in text.split(",")))
+    except ValueError:
+        raise ValueError(
+            f"--operator-restarts {text!r}: give seconds into the run, comma-separated, "
+            "e.g. 300,900"
+        ) from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ValueError(
+            f"--operator-restarts {text!r}: each must be a finite number of seconds >= 0"
+        )
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
         check_flags(args)
+        restarts_s = restart_times(args.operator_restarts)
         trace = load_trace(args)
-        results, sizing, budgets = _simulate(args, trace, err)
+        results, sizing, budgets = _simulate(args, trace, err, restarts_s)
     except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
         # Bad input: the message names the file, line or flag and the fix.
         sys.stderr.write(f"error: {exc}\n")
         return 2
     if args.json:
-        print(json.dumps(to_json(trace, results, cold_start_s=args.cold_start), sort_keys=False))
+        payload = to_json(
+            trace,
+            results,
+            cold_start_s=args.cold_start,
+            operator_restarts_s=restarts_s,
+        )
+        print(json.dumps(payload, sort_keys=False))
     else:
         sys.stdout.write(render_table(trace, results, sizing, budgets))
     if args.plot is not None:
@@ -368,7 +400,7 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
 
 
 def _simulate(
-    args: argparse.Namespace, trace: Trace, err: Console
+    args: argparse.Namespace, trace: Trace, err: Console, restarts_s: tuple[float, ...] = ()
 ) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
     names = parse_policies(args.policy)
     world = setup(args, trace)
@@ -384,6 +416,7 @@ def _simulate(
         target_running_per_replica=args.target_running,
         steady_targets=args.baseline_targets == "steady",
         model=args.model,
+        operator_restarts_s=restarts_s,
     )
     show = sys.stderr.isatty() and not args.json
     with Progress(
@@ -401,6 +434,7 @@ def _simulate(
         )
     budgets = {
         "cold_start": f"{fleet.cold_start_s:g} s from scale-up to Ready, for every policy",
+        "restarts": ", ".join(f"{s:g} s" for s in restarts_s),
         "prefix_cache": _prefix_cache_line(trace, args.enable_prefix_caching),
         "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
         f"max_num_seqs {tuned_engine.max_num_seqs}",
@@ -435,7 +469,11 @@ def _num(value: float | None, digits: int) -> float | None:
 
 
 def to_json(
-    trace: Trace, results: Sequence[FleetResult], *, cold_start_s: float
+    trace: Trace,
+    results: Sequence[FleetResult],
+    *,
+    cold_start_s: float,
+    operator_restarts_s: Sequence[float] = (),
 ) -> dict[str, object]:
     policies: dict[str, object] = {}
     for result in results:
@@ -456,6 +494,7 @@ def to_json(
         "trace": trace.name,
         "requests": trace.num_requests,
         "cold_start_s": cold_start_s,
+        "operator_restarts_s": list(operator_restarts_s),
         "prompt_tokens_per_5min_swing": _num(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
@@ -499,6 +538,12 @@ def render_table(
     )
     console.print(f"  load: {_swing_words(trace)}", highlight=False)
     console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
+    if budgets.get("restarts"):
+        console.print(
+            f"  operator restarts at: {budgets['restarts']} (tokenpilot, vllm-default-budget: "
+            "the autoscaler's state starts afresh)",
+            highlight=False,
+        )
     if budgets.get("prefix_cache"):
         console.print(f"  prefix cache: {budgets['prefix_cache']}", highlight=False)
     for note in trace.notes:

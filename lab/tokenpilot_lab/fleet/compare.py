@@ -129,6 +129,7 @@ def contenders(
     target_running_per_replica: float | None = None,
     steady_targets: bool = False,
     model: str = "llama-3.1-8b",
+    operator_restarts_s: tuple[float, ...] = (),
 ) -> tuple[list[Contender], Sizing | None]:
     """Build the named contenders. The static fleets, the baselines' targets and every
     autoscaler's opening fleet are sized on the budget the contender runs; the sizing returned
@@ -208,7 +209,9 @@ def contenders(
                 startup_s=fleet.cold_start_s,
                 replica_model=replica_model(engine, timer, fleet),
             )
-            make: Callable[[], FleetPolicy] = partial(_operator, name, policy, interval_s)
+            make: Callable[[], FleetPolicy] = partial(
+                _operator, name, policy, interval_s, operator_restarts_s
+            )
             out.append(Contender(name, make, engine, autoscaled(engine)))
         elif base == "static-peak":
             n = peak_sizing(engine).replicas
@@ -253,8 +256,11 @@ def _target(base: str, capacity: Capacity) -> float:
     return capacity.in_flight_per_replica if base == "keda" else capacity.running_per_replica
 
 
-def _operator(name: str, policy: AutoscalePolicy, interval_s: float) -> FleetPolicy:
-    return OperatorPolicy(ServiceState(policy, interval_s=interval_s), name=name)
+def _operator(
+    name: str, policy: AutoscalePolicy, interval_s: float, restarts_s: tuple[float, ...]
+) -> FleetPolicy:
+    state = ServiceState(policy, interval_s=interval_s)
+    return OperatorPolicy(state, name=name, restarts_at_s=restarts_s)
 
 
 def _peak(trace: Trace) -> Trace:

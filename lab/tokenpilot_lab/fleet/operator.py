@@ -24,12 +24,20 @@ class OperatorPolicy:
     state: ServiceState
     name: str = "tokenpilot"
     source: MetricsDelivery = MetricsDelivery.pods
+    # Virtual seconds at which the operator restarts (an upgrade, a standby's takeover): the
+    # service's state starts afresh, as a new process's does; the replicas stay.
+    restarts_at_s: tuple[float, ...] = ()
     interval_s: float = field(init=False)
+    _num_restarts: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.interval_s = self.state.interval_s
 
     def decide(self, view: FleetView) -> ScaleChoice:
+        due = self.restarts_at_s[self._num_restarts :]
+        if due and view.now_s >= due[0]:
+            self._num_restarts += 1
+            self.state = ServiceState(self.state.policy, interval_s=self.state.interval_s)
         scrapes = PodScrapes(
             at_s=view.scraped_at_s,
             samples={pod.name: engine_sample(pod) for pod in view.pods},
