@@ -46,6 +46,7 @@ from tokenpilot_lab.fleet import DEFAULT_COLD_START_S, FleetConfig, FleetResult
 from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
 from tokenpilot_lab.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
 from tokenpilot_lab.fleet.engines import engine_config
+from tokenpilot_lab.fleet.operator import RestartMemory
 from tokenpilot_lab.fleet.results import nearest_rank
 from tokenpilot_lab.fleet.sizing import Sizing
 from tokenpilot_lab.sim import EngineConfig, InvalidEngineConfig, StepTimer
@@ -160,7 +161,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="S[,S...]",
         help="seconds into the run at which the operator restarts (an upgrade, a standby's "
         "takeover): tokenpilot and vllm-default-budget start each service's autoscaler "
-        "afresh, as a new process does, and keep their replicas",
+        "afresh from the memory the old process wrote, as a new process does, and keep "
+        "their replicas",
+    )
+    parser.add_argument(
+        "--operator-restart-memory",
+        choices=[m.value for m in RestartMemory],
+        default=RestartMemory.shutdown.value,
+        help="what a restarted operator finds: the memory written as the old process stopped "
+        "(shutdown, an upgrade; the default), its last periodic write (periodic, a process "
+        "killed), or none (an operator with no namespace of its own)",
     )
     parser.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S)
     parser.add_argument("--usd-per-gpu-hour", type=float, help="default: the GPU profile's")
@@ -417,6 +427,7 @@ def _simulate(
         steady_targets=args.baseline_targets == "steady",
         model=args.model,
         operator_restarts_s=restarts_s,
+        restart_memory=RestartMemory(args.operator_restart_memory),
     )
     show = sys.stderr.isatty() and not args.json
     with Progress(
@@ -434,7 +445,8 @@ def _simulate(
         )
     budgets = {
         "cold_start": f"{fleet.cold_start_s:g} s from scale-up to Ready, for every policy",
-        "restarts": ", ".join(f"{s:g} s" for s in restarts_s),
+        "restarts": ", ".join(f"{s:g} s" for s in restarts_s)
+        + (f", memory {args.operator_restart_memory}" if restarts_s else ""),
         "prefix_cache": _prefix_cache_line(trace, args.enable_prefix_caching),
         "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
         f"max_num_seqs {tuned_engine.max_num_seqs}",
@@ -541,7 +553,7 @@ def render_table(
     if budgets.get("restarts"):
         console.print(
             f"  operator restarts at: {budgets['restarts']} (tokenpilot, vllm-default-budget: "
-            "the autoscaler's state starts afresh)",
+            "the autoscaler's state starts afresh from that memory)",
             highlight=False,
         )
     if budgets.get("prefix_cache"):

@@ -22,7 +22,7 @@ from tokenpilot.core.autoscale.loop import ServiceState
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.config import FleetConfig
-from tokenpilot_lab.fleet.operator import OperatorPolicy
+from tokenpilot_lab.fleet.operator import OperatorPolicy, RestartMemory
 from tokenpilot_lab.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy, StaticPolicy
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult
@@ -130,6 +130,7 @@ def contenders(
     steady_targets: bool = False,
     model: str = "llama-3.1-8b",
     operator_restarts_s: tuple[float, ...] = (),
+    restart_memory: RestartMemory = RestartMemory.shutdown,
 ) -> tuple[list[Contender], Sizing | None]:
     """Build the named contenders. The static fleets, the baselines' targets and every
     autoscaler's opening fleet are sized on the budget the contender runs; the sizing returned
@@ -210,7 +211,7 @@ def contenders(
                 replica_model=replica_model(engine, timer, fleet),
             )
             make: Callable[[], FleetPolicy] = partial(
-                _operator, name, policy, interval_s, operator_restarts_s
+                _operator, name, policy, interval_s, operator_restarts_s, restart_memory
             )
             out.append(Contender(name, make, engine, autoscaled(engine)))
         elif base == "static-peak":
@@ -257,10 +258,14 @@ def _target(base: str, capacity: Capacity) -> float:
 
 
 def _operator(
-    name: str, policy: AutoscalePolicy, interval_s: float, restarts_s: tuple[float, ...]
+    name: str,
+    policy: AutoscalePolicy,
+    interval_s: float,
+    restarts_s: tuple[float, ...],
+    restart_memory: RestartMemory,
 ) -> FleetPolicy:
     state = ServiceState(policy, interval_s=interval_s)
-    return OperatorPolicy(state, name=name, restarts_at_s=restarts_s)
+    return OperatorPolicy(state, name=name, restarts_at_s=restarts_s, restart_memory=restart_memory)
 
 
 def _peak(trace: Trace) -> Trace:

@@ -8,15 +8,29 @@ applies the replicas it decides. The two policies differ only in the engines' to
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
+from tokenpilot.core.autoscale.memory import restore, snapshot
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
 
-# Status timestamps are the wall clock's; virtual time has none, and nothing here reads them.
-_WALL = "1970-01-01T00:00:00Z"
+# Virtual time's wall clock (status timestamps, the memory's writes): this plus its seconds.
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+# How often the operator writes each service's memory (handlers/autoscaler.py).
+MEMORY_EVERY_S = 60.0
+
+
+class RestartMemory(enum.Enum):
+    """What a restarted operator finds of a service's autoscaler."""
+
+    shutdown = "shutdown"  # the memory the old process wrote as it stopped (an upgrade)
+    periodic = "periodic"  # the memory of its last periodic write (it was killed)
+    none = "none"  # nothing (an operator with no namespace of its own to write it in)
 
 
 @dataclass(slots=True)
@@ -25,10 +39,14 @@ class OperatorPolicy:
     name: str = "tokenpilot"
     source: MetricsDelivery = MetricsDelivery.pods
     # Virtual seconds at which the operator restarts (an upgrade, a standby's takeover): the
-    # service's state starts afresh, as a new process's does; the replicas stay.
+    # service's state starts afresh, as a new process's does, from the memory it finds; the
+    # replicas stay.
     restarts_at_s: tuple[float, ...] = ()
+    restart_memory: RestartMemory = RestartMemory.shutdown
     interval_s: float = field(init=False)
     _num_restarts: int = field(default=0, init=False)
+    _written: dict[str, Any] | None = field(default=None, init=False)
+    _written_at_s: float = field(default=float("-inf"), init=False)
 
     def __post_init__(self) -> None:
         self.interval_s = self.state.interval_s
@@ -36,16 +54,33 @@ class OperatorPolicy:
     def decide(self, view: FleetView) -> ScaleChoice:
         due = self.restarts_at_s[self._num_restarts :]
         if due and view.now_s >= due[0]:
-            self._num_restarts += 1
-            self.state = ServiceState(self.state.policy, interval_s=self.state.interval_s)
+            self._restart(view.now_s)
         scrapes = PodScrapes(
             at_s=view.scraped_at_s,
             samples={pod.name: engine_sample(pod) for pod in view.pods},
             num_pods_expected=view.num_ready,
         )
         current = Current(spec_replicas=view.spec_replicas, ready_replicas=view.num_ready)
-        self.state, decision, _ = step(self.state, scrapes, current, Now(view.now_s, _WALL))
+        self.state, decision, _ = step(self.state, scrapes, current, _now(view.now_s))
+        periodic = self.restarts_at_s and self.restart_memory is RestartMemory.periodic
+        if periodic and view.now_s >= self._written_at_s + MEMORY_EVERY_S:
+            self._written, self._written_at_s = snapshot(self.state, _now(view.now_s)), view.now_s
         return ScaleChoice(decision.desired_replicas, decision.reason)
+
+    def _restart(self, now_s: float) -> None:
+        self._num_restarts += 1
+        written = {
+            RestartMemory.shutdown: snapshot(self.state, _now(now_s)),
+            RestartMemory.periodic: self._written,
+            RestartMemory.none: None,
+        }[self.restart_memory]
+        fresh = ServiceState(self.state.policy, interval_s=self.state.interval_s)
+        self.state = fresh if written is None else restore(fresh, written, _now(now_s))
+
+
+def _now(virtual_s: float) -> Now:
+    wall = (_EPOCH + timedelta(seconds=virtual_s)).isoformat().replace("+00:00", "Z")
+    return Now(virtual_s, wall)
 
 
 def engine_sample(pod: PodSample) -> EngineSample:

@@ -44,6 +44,12 @@ from pydantic import ValidationError
 
 from tokenpilot.adapters.clock import SYSTEM_CLOCK, Clock
 from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.adapters.kube.autoscaler_memory import (
+    SHARDS,
+    read_memories,
+    shard_of,
+    write_shard,
+)
 from tokenpilot.adapters.kube.events import post_event
 from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.pods import ready_engine_pods_by_service
@@ -65,6 +71,7 @@ from tokenpilot.core.autoscale.loop import (
     step,
     unusable_spec,
 )
+from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec, replica_model
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.profiles import GPUProfile
@@ -84,6 +91,12 @@ MAX_IDLE_S = 2.0
 # deciding on a stale reading and often timing out (docs/reliability.md, Soak). A bounded
 # evaluation scrapes, decides and applies in one go, and its time limit counts its own work.
 MAX_EVALUATIONS_UNDER_WAY = 32
+# The longest the shutdown waits for the last memory write.
+MEMORY_WRITE_AT_STOP_S = 10.0
+# How often each service's memory is written for a later process (and once more at shutdown):
+# a process killed between writes leaves a memory this much older, which resumes with a hole
+# (core.autoscale.memory). One shard a beat, so at 1,000 services about one write in 4 s.
+MEMORY_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,9 @@ class AutoscalerConfig:
     """Process-wide autoscaler settings (command-line flags of `tokenpilot run`)."""
 
     scrape_timeout_s: float = 2.0
+    # Where each service's memory is kept across restarts (the operator's own namespace, that
+    # of --gpu-profiles-configmap); None: nowhere, a restart starts every service afresh.
+    memory_namespace: str | None = None
 
 
 @dataclass
@@ -117,6 +133,8 @@ class ServiceLoop:
     name: str
     profile_of: Callable[[str], GPUProfile] | None = None
     state: ServiceState | None = None
+    # What an earlier process remembered of the service, restored at the first evaluation.
+    memory: Mapping[str, Any] | None = None
 
     async def evaluate(self, body: Mapping[str, Any], pods: tuple[PodEndpoint, ...]) -> float:
         """One evaluation of the service as `body` (its listing) and `pods` (its Ready engine
@@ -136,7 +154,7 @@ class ServiceLoop:
             await self._carry_out(None, actions, previous=state)
             return FALLBACK_INTERVAL_S
         state = (
-            ServiceState(policy, interval_s=interval_s)
+            self._first_state(ServiceState(policy, interval_s=interval_s))
             if self.state is None
             else replace(self.state, policy=policy, interval_s=interval_s)
         )
@@ -160,6 +178,40 @@ class ServiceLoop:
         await self._carry_out(service, actions, previous=state)
         self._export(service, policy, decision, clock.monotonic_s() - started_s)
         return interval_s
+
+    def _first_state(self, fresh: ServiceState) -> ServiceState:
+        """`fresh`, with the memory an earlier process wrote where there is one."""
+        memory, self.memory = self.memory, None
+        if memory is None:
+            return fresh
+        clock = self.runtime.clock
+        try:
+            restored = restore(fresh, memory, Now(clock.monotonic_s(), clock.now_rfc3339()))
+        except InvalidMemory as error:
+            log.warning("%s/%s: memory unreadable (%s); starting afresh", *self.key, error)
+            return fresh
+        outlook = restored.outlook
+        log.info(
+            "%s/%s: resumed the memory of an earlier process: %.0f s of load, %d jumps",
+            *self.key,
+            0.0 if outlook is None else outlook.span_s,
+            len(restored.jumps),
+        )
+        return restored
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def memory_now(self) -> dict[str, Any] | None:
+        """What to keep of this service for a later process: its memory now, or the one it
+        was handed and has not yet restored."""
+        if self.memory is not None:
+            return dict(self.memory)
+        if self.state is None:
+            return None
+        clock = self.runtime.clock
+        return snapshot(self.state, Now(clock.monotonic_s(), clock.now_rfc3339()))
 
     def _replica_model(self, service: LLMService) -> ReplicaModel | None:
         """One replica as the step model prices it, once the reconciler has tuned it."""
@@ -270,6 +322,11 @@ class Evaluator:
     due_s: dict[tuple[str, str], float] = field(default_factory=dict)
     max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+    # The memories an earlier process wrote, until each service's loop takes its own (None
+    # until they are read; nothing is written before, so an unread memory is never lost).
+    _carried: dict[tuple[str, str], dict[str, Any]] | None = field(default=None, init=False)
+    _shard_due_s: dict[int, float] = field(default_factory=dict, init=False)
+    _shards_kept: set[int] = field(default_factory=set, init=False)
 
     async def round(self) -> float:
         """Evaluate every due service, `max_under_way` at a time; returns the seconds until
@@ -279,6 +336,7 @@ class Evaluator:
         started evaluations faster than the API calls behind them finished
         (docs/reliability.md, Soak)."""
         clock = self.runtime.clock
+        await self._read_memories()
         items = await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
         bodies = {
             (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
@@ -287,6 +345,9 @@ class Evaluator:
         }
         for key in set(self.loops) - set(bodies):
             self._forget(key)
+        if self._carried is not None:
+            for key in set(self._carried) - set(bodies):
+                del self._carried[key]
         now_s = clock.monotonic_s()
         due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s]
         if due:
@@ -296,6 +357,7 @@ class Evaluator:
             waits = await self.evaluate_all([(key, bodies[key], pods.get(key, ())) for key in due])
             for key, wait_s in zip(due, waits, strict=True):
                 self.due_s[key] = now_s + wait_s
+        await self.write_memories(only_due=True)
         next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - clock.monotonic_s()
         return max(0.0, min(next_s, MAX_IDLE_S))
 
@@ -319,7 +381,10 @@ class Evaluator:
     ) -> float:
         loop = self.loops.get(key)
         if loop is None:
-            loop = ServiceLoop(self.runtime, self.client, *key, profile_of=self.profile_of)
+            carried = None if self._carried is None else self._carried.pop(key, None)
+            loop = ServiceLoop(
+                self.runtime, self.client, *key, profile_of=self.profile_of, memory=carried
+            )
             self.loops[key] = loop
         try:
             # asyncio.timeout, not wait_for, which on Python 3.11 can lose a cancel (shutdown).
@@ -332,6 +397,59 @@ class Evaluator:
             # A bug must not stop the autoscaling of every other service; log it loudly.
             log.exception("%s/%s: evaluation failed", *key)
         return FALLBACK_INTERVAL_S
+
+    async def _read_memories(self) -> None:
+        """Once, before the first evaluation: the memories an earlier process wrote."""
+        namespace = self.runtime.config.memory_namespace
+        if namespace is None or self._carried is not None:
+            return
+        try:
+            self._carried = await asyncio.to_thread(read_memories, self.client, namespace)
+        except KubeError as error:
+            log.warning(
+                "autoscaler: cannot read the memories in %s (%s); retrying", namespace, error
+            )
+            return
+        self._shards_kept = {shard_of(key) for key in self._carried}
+        now_s = self.runtime.clock.monotonic_s()
+        # Each shard on its own beat, so the writes spread over the interval.
+        self._shard_due_s = {i: now_s + MEMORY_EVERY_S * (i + 1) / SHARDS for i in range(SHARDS)}
+        if self._carried:
+            log.info(
+                "autoscaler: read the memory of %d services in %s", len(self._carried), namespace
+            )
+
+    async def write_memories(self, *, only_due: bool = False) -> None:
+        """Write each shard that is due (every `MEMORY_EVERY_S`), or all of them (at
+        shutdown); a failed write is logged and tried again at the shard's next beat."""
+        namespace = self.runtime.config.memory_namespace
+        if namespace is None or self._carried is None:
+            return
+        now_s = self.runtime.clock.monotonic_s()
+        due = [
+            index
+            for index in range(SHARDS)
+            if not only_due or self._shard_due_s.get(index, now_s) <= now_s
+        ]
+        if not due:
+            return
+        by_shard: dict[int, dict[tuple[str, str], dict[str, Any]]] = {i: {} for i in due}
+        for key, memory in self._carried.items():
+            if (index := shard_of(key)) in by_shard:
+                by_shard[index][key] = memory
+        for key, loop in self.loops.items():
+            if (index := shard_of(key)) in by_shard and (kept := loop.memory_now()) is not None:
+                by_shard[index][key] = kept
+        for index, memories in by_shard.items():
+            self._shard_due_s[index] = now_s + MEMORY_EVERY_S
+            if not memories and index not in self._shards_kept:
+                continue  # nothing to keep, nothing to drop
+            try:
+                await asyncio.to_thread(write_shard, self.client, namespace, index, memories)
+            except KubeError as error:
+                log.warning("autoscaler: cannot write memory shard %d: %s", index, error)
+                continue
+            self._shards_kept.add(index)
 
     def _forget(self, key: tuple[str, str]) -> None:
         """A deleted (or no longer autoscaled) service: drop its state and its series."""
@@ -362,12 +480,24 @@ async def _start_autoscaler(memo: Any, **_: Any) -> None:
     runtime = AutoscalerRuntime(config, metrics=metrics, clock=shared.clock)
     memo.autoscaler = runtime
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
+    memo.autoscaler_evaluator = evaluator
     memo.autoscaler_task = asyncio.create_task(run_forever(evaluator), name="autoscaler")
 
 
 @kopf.on.cleanup()
 async def _stop_autoscaler(memo: Any, **_: Any) -> None:
     await background.stop(getattr(memo, "autoscaler_task", None))
+    evaluator: Evaluator | None = getattr(memo, "autoscaler_evaluator", None)
+    if evaluator is not None:
+        # What the next process resumes (an upgrade's rolling update stops the leader this
+        # way); bounded, so a stuck API server cannot hold the shutdown.
+        try:
+            async with asyncio.timeout(MEMORY_WRITE_AT_STOP_S):
+                await evaluator.write_memories()
+        except TimeoutError:
+            log.warning(
+                "autoscaler: the memory write at stop took over %g s", MEMORY_WRITE_AT_STOP_S
+            )
     runtime: AutoscalerRuntime | None = getattr(memo, "autoscaler", None)
     if runtime is not None:
         await runtime.sources.aclose()

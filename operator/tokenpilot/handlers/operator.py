@@ -205,7 +205,7 @@ def operate(
     With leader election, wait as a standby first; kopf runs only while this replica leads."""
     check_ports(config)
     # Measured profiles live beside the profiles ConfigMap (docs/calibration.md).
-    measured = MeasuredProfiles((config.gpu_profiles_configmap or "").partition("/")[0] or None)
+    measured = MeasuredProfiles(_own_namespace(config))
     runtime = build_runtime(config, measured)
     if configure_logging is not None:
         configure_logging()
@@ -232,6 +232,12 @@ def operate(
             elector.release()
 
 
+def _own_namespace(config: OperatorConfig) -> str | None:
+    """The operator's own namespace, where its ConfigMaps live: that of the profiles
+    ConfigMap (the chart's release namespace); None when not given."""
+    return (config.gpu_profiles_configmap or "").partition("/")[0] or None
+
+
 def _run_kopf(
     config: OperatorConfig,
     runtime: Runtime,
@@ -247,7 +253,9 @@ def _run_kopf(
             namespaces=list(config.namespaces),
             memo=kopf.Memo(
                 runtime=runtime,
-                autoscaler_config=AutoscalerConfig(),
+                # The autoscaler's memory lives beside the profiles, in the operator's own
+                # namespace (docs/autoscaling.md, Restarts).
+                autoscaler_config=AutoscalerConfig(memory_namespace=_own_namespace(config)),
                 operator_metrics=metrics,
                 calibration=calibration.CalibrationRuntime(
                     measured,

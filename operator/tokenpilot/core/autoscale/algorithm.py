@@ -62,14 +62,20 @@ def decide(
     observation: Observation,
     now_s: float,
     outlook: Forecast | None = None,
+    watched_s: float | None = None,
 ) -> Decision:
     """The replicas `observation`'s service should have at `now_s`, with mode and reason.
+
+    `watched_s`: how long this process has watched the service where its forecast holds
+    load from before (a memory restored after a restart); a step down waits until it has
+    watched a whole scale-down window itself, as a fresh start does.
 
     Pure: the same arguments always give the same Decision. Pass `decision.history` back in on
     the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
     from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
     """
-    decision = _decide(policy, history, observation, now_s, _model_need(policy, outlook))
+    model = _model_need(policy, outlook, watched_s)
+    decision = _decide(policy, history, observation, now_s, model)
     if decision.mode is Mode.hold and decision.reason_code in BLIND:
         return decision
     # The reading this evaluation saw is the "previous" one for the next.
@@ -507,7 +513,9 @@ class ModelNeed:
     seen_s: float
 
 
-def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed | None:
+def _model_need(
+    policy: AutoscalePolicy, outlook: Forecast | None, watched_s: float | None = None
+) -> ModelNeed | None:
     model = policy.replica_model
     if model is None or outlook is None:
         return None
@@ -544,9 +552,11 @@ def _model_need(policy: AutoscalePolicy, outlook: Forecast | None) -> ModelNeed 
         )
         + f") need {sized} replicas by the step model{record}{limit}"
     )
-    return ModelNeed(
-        replicas, words, outlook.span_s >= policy.scale_down_stabilization_s, outlook.span_s
-    )
+    # A restored memory lacks the load of the time between its last write and the restart,
+    # which the fleet in place was sized on: the forecast claims no smaller fleet until this
+    # process has seen a window of its own.
+    seen_s = outlook.span_s if watched_s is None else min(outlook.span_s, watched_s)
+    return ModelNeed(replicas, words, seen_s >= policy.scale_down_stabilization_s, seen_s)
 
 
 def _trend_words(outlook: Forecast) -> str:

@@ -108,6 +108,11 @@ class ServiceState:
     # second one a missing P99 is expected from any source (a Prometheus server's rate() too):
     # AwaitingSecondScrape, never a MissingMetrics Warning.
     num_reading_evaluations: int = 0
+    # When `load` and `jumps` were restored from a memory written by an earlier process
+    # (core.autoscale.memory), on this process's clock; None for a memory of its own. And
+    # when, where that memory had a hole, jumps over the forecast are measured again.
+    restored_at_s: float | None = None
+    jumps_resume_at_s: float | None = None
 
 
 def step(
@@ -134,6 +139,8 @@ def step(
         observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
     jumps = state.jumps
+    # How long this process has watched a service whose memory it restored (None: its own).
+    watched_s = None if state.restored_at_s is None else now.monotonic_s - state.restored_at_s
     backlog_s = state.policy.ttft_p99_slo_s or state.interval_s
     # A NaN or infinite counter (a Prometheus that lies, an engine that exports garbage) is no
     # reading: remembered, it would poison the forecast for the whole memory.
@@ -147,26 +154,19 @@ def step(
             counted.num_requests,
             observation.num_requests_waiting or 0.0,
         )
-        lookback_s = memory_s(
-            scale_down_window_s=state.policy.scale_down_stabilization_s,
-            startup_s=state.policy.startup_s,
-            interval_s=state.interval_s,
-            attainment=state.policy.attainment,
+        lookback_s = memory_of(state)
+        # A memory restored with a hole in it (written well before the restart) lacks that
+        # time's load; a jump over a forecast without it would be a record the load never set.
+        resume_s = state.jumps_resume_at_s
+        measured = (
+            jump(state.outlook, point, memory_s=lookback_s, backlog_s=backlog_s)
+            if resume_s is None or point.at_s >= resume_s
+            else None
         )
-        jumps = remember_jump(
-            jumps,
-            jump(state.outlook, point, memory_s=lookback_s, backlog_s=backlog_s),
-            point.at_s,
-        )
+        jumps = remember_jump(jumps, measured, point.at_s)
         load = remember(load, point, lookback_s)
-    outlook = forecast(
-        load,
-        horizon_s=state.policy.startup_s + state.interval_s,
-        attainment=state.policy.attainment,
-        backlog_s=backlog_s,
-        jumps=jumps,
-    )
-    decision = decide(state.policy, state.history, observation, now.monotonic_s, outlook)
+    outlook = _forecast(state, load, jumps)
+    decision = decide(state.policy, state.history, observation, now.monotonic_s, outlook, watched_s)
     actions: list[Action] = []
     if decision.desired_replicas != current.spec_replicas:
         actions.append(ScaleTo(current.spec_replicas, decision.desired_replicas))
@@ -205,6 +205,33 @@ def step(
         num_reading_evaluations=num_reading,
     )
     return next_state, decision, tuple(actions)
+
+
+def memory_of(state: ServiceState) -> float:
+    """How long the state's forecast remembers load (core.autoscale.demand.memory_s)."""
+    return memory_s(
+        scale_down_window_s=state.policy.scale_down_stabilization_s,
+        startup_s=state.policy.startup_s,
+        interval_s=state.interval_s,
+        attainment=state.policy.attainment,
+    )
+
+
+def with_outlook(state: ServiceState) -> ServiceState:
+    """`state` with the forecast of its own load and records (a restored memory's)."""
+    return replace(state, outlook=_forecast(state, state.load, state.jumps))
+
+
+def _forecast(
+    state: ServiceState, load: Sequence[LoadPoint], jumps: Sequence[Jump]
+) -> Forecast | None:
+    return forecast(
+        load,
+        horizon_s=state.policy.startup_s + state.interval_s,
+        attainment=state.policy.attainment,
+        backlog_s=state.policy.ttft_p99_slo_s or state.interval_s,
+        jumps=jumps,
+    )
 
 
 def unusable_spec(

@@ -1,0 +1,126 @@
+"""A restarted operator resumes each service's autoscaler memory from its own namespace.
+
+The operator runs in-process, stops (as an upgrade stops it), and starts again; the service's
+engine pod is an engine simulator under light, steady load. Before the restart the forecast
+has remembered tens of seconds of load; the memory is written to the operator's namespace as
+it stops, and the new process's forecast starts from it instead of from nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from _operator_harness import create, get_llms, operator_thread, sample
+
+from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube.autoscaler_memory import LABEL
+from tokenpilot.adapters.kube.resources import CONFIGMAPS, LLMSERVICES, RESOURCES
+from tokenpilot_lab.devcluster.pytest_plugin import eventually
+
+pytestmark = pytest.mark.cluster
+NAME = "llama-8b"
+SPAN = re.compile(r"of the last (\d+) s")
+
+
+def ready_pod_ip(client: KubeClient, namespace: str) -> str | None:
+    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
+    for pod in items:
+        conditions = pod.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return str(pod["status"]["podIP"])
+    return None
+
+
+MODEL = sample("llama-3.1-8b-h100.yaml", "default")["spec"]["model"]["name"]
+
+
+@pytest.fixture
+def steady_load(client: KubeClient, namespace: str) -> Iterator[threading.Event]:
+    """Once `go` is set: short completions, one after another, until the test ends."""
+    go, stop = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        go.wait()
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            while not stop.is_set():
+                ip = ready_pod_ip(client, namespace)
+                if ip is None:
+                    stop.wait(0.5)
+                    continue
+                try:
+                    http.post(
+                        f"http://{ip}:8000/v1/completions",
+                        json={"model": MODEL, "prompt": "hi", "max_tokens": 8},
+                    )
+                except httpx.HTTPError:
+                    stop.wait(0.2)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    yield go
+    stop.set()
+    go.set()
+    thread.join(30)
+
+
+def autoscaling(client: KubeClient, namespace: str) -> dict[str, Any]:
+    return dict(get_llms(client, namespace, NAME).get("status", {}).get("autoscaling") or {})
+
+
+def remembered_s(reason: str) -> int | None:
+    """The seconds of load the forecast names in the status's words, once it names any."""
+    found = SPAN.search(reason)
+    return int(found.group(1)) if found else None
+
+
+def test_a_restarted_operator_resumes_the_forecast_it_had(
+    kubeconfig: Path, client: KubeClient, namespace: str, steady_load: threading.Event
+) -> None:
+    profiles = f"{namespace}/gpu-profiles"  # the operator's namespace: the test's own
+    body = sample("llama-3.1-8b-h100.yaml", namespace)
+    body["spec"]["replicas"] = 1
+    body["spec"]["autoscaling"].update(
+        {"minReplicas": 1, "maxReplicas": 2, "interval": "2s", "metrics": {"type": "direct"}}
+    )
+    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles):
+        create(client, body)
+        steady_load.set()
+        eventually(
+            lambda: (remembered_s(autoscaling(client, namespace).get("reason", "")) or 0) >= 30,
+            timeout_s=180,
+            what="a forecast that remembers 30 s of load",
+        )
+    last_words = autoscaling(client, namespace)["reason"]
+    before = remembered_s(last_words)
+    assert before is not None
+    # Stopped: the memory is in the operator's namespace, one key for the service.
+    listed = client.request("GET", CONFIGMAPS.path(namespace), query={"labelSelector": LABEL})
+    keys = {key: text for item in listed["items"] for key, text in item["data"].items()}
+    assert list(keys) == [f"{namespace}.{NAME}"], keys
+    memory = json.loads(keys[f"{namespace}.{NAME}"])
+    assert len(memory["load"]) >= before / 2 - 2  # a point every 2 s
+
+    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles):
+        # The first evaluation of a new process reads the pods once; the next names the
+        # forecast, which starts from the memory rather than from its first 2 s.
+        def new_words() -> str | None:
+            now = autoscaling(client, namespace)
+            fresh = now.get("reason") != last_words and now.get("mode") != "hold"
+            return now["reason"] if fresh and remembered_s(now["reason"]) else None
+
+        words = eventually(new_words, timeout_s=60, what="the new process's forecast")
+        after = remembered_s(words)
+        assert after is not None and after >= before, (before, words)
+        client.request("DELETE", LLMSERVICES.path(namespace, NAME))
+        eventually(
+            lambda: client.get(LLMSERVICES.path(namespace, NAME)) is None,
+            timeout_s=30,
+            what="the LLMService to be deleted",
+        )
