@@ -16,7 +16,11 @@ apply). It reports:
 - the autoscaler's cadence: decisions per service per 5 s interval, from the operator's
   /metrics (tokenpilot_decisions), and its evaluation duration;
 - API requests per second: all clients (apiserver_request_total), and the operator's writes
-  (the audit log, by user agent).
+  (the audit log, by user agent);
+- a restart at the end (`--restart`, on by default): the operator stopped as an upgrade stops
+  it, the memories it wrote to its namespace (docs/autoscaling.md, Restarts) counted and
+  sized, and a new operator started: how long until every service's status carries a forecast
+  over more load than the new process has watched (its memory resumed).
 
     python bench/soak.py                    # 1,000 services, 30 minutes
     python bench/soak.py --services 50 --minutes 2     # a quick look
@@ -30,6 +34,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -37,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -48,12 +54,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from autoscale_round import render_pages
 from tokenpilot.adapters.kube import KubeClient, connect
 from tokenpilot.adapters.kube.apply import apply
-from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
+from tokenpilot.adapters.kube.autoscaler_memory import LABEL as MEMORY_LABEL
+from tokenpilot.adapters.kube.resources import CONFIGMAPS, DEPLOYMENTS, LLMSERVICES
+from tokenpilot.adapters.kube.status import AUTOSCALER
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot.api.crd import crd
 from tokenpilot_lab.devcluster import audit, cluster
 
 NAMESPACE = "soak"
+SPAN = re.compile(r"of the last (\d+) s")
 IDENTITY = "soak-operator"
 IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the pod
 WORKERS = 4
@@ -175,6 +184,77 @@ def profile_apiserver(kubeconfig: str, out: Path, after_s: float, seconds: int =
     print(f"kube-apiserver CPU profile ({seconds} s) in {out}", flush=True)
 
 
+def memory_shards(client: KubeClient) -> list[dict[str, Any]]:
+    listed = client.request(
+        "GET", CONFIGMAPS.path(NAMESPACE), query={"labelSelector": MEMORY_LABEL}
+    )
+    return list(listed.get("items") or [])
+
+
+def resumed(client: KubeClient, since_wall: float, watched_s: float) -> set[str]:
+    """Services whose status the autoscaler applied since `since_wall` with a forecast over
+    more load than the new process has watched (`watched_s`): their memory resumed."""
+    names = set()
+    for item in client.request("GET", LLMSERVICES.path(NAMESPACE))["items"]:
+        applied = [
+            entry
+            for entry in item["metadata"].get("managedFields") or []
+            if entry.get("manager") == AUTOSCALER and entry.get("subresource") == "status"
+        ]
+        fresh = any(
+            datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() >= since_wall
+            for e in applied
+        )
+        reason = ((item.get("status") or {}).get("autoscaling") or {}).get("reason", "")
+        found = SPAN.search(reason)
+        if fresh and found and int(found.group(1)) > watched_s + 10:
+            names.add(item["metadata"]["name"])
+    return names
+
+
+def restarted(
+    client: KubeClient,
+    operator: subprocess.Popen[bytes],
+    command: list[str],
+    work: Path,
+    services: int,
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Stop the operator as an upgrade does (SIGTERM), start a new one, and time how soon
+    every service resumes the memory the old one wrote."""
+    stopping = time.monotonic()
+    operator.send_signal(signal.SIGTERM)
+    operator.wait(60)
+    stop_s = time.monotonic() - stopping
+    shards = memory_shards(client)
+    keys = sum(len(item.get("data") or {}) for item in shards)
+    sizes = [sum(len(v) for v in (item.get("data") or {}).values()) for item in shards]
+    started, started_wall = time.monotonic(), time.time()
+    log = work / "operator-restarted.log"
+    operator = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    # A service counts once a status of the new process names more load than it has watched;
+    # later its own points follow, and the words alone no longer tell the two apart.
+    seen: set[str] = set()
+    waited_s, last_new_s = 0.0, 0.0
+    while waited_s < 120 and len(seen) < services:
+        time.sleep(5)
+        waited_s = time.monotonic() - started
+        new = resumed(client, started_wall, waited_s) - seen
+        if new:
+            seen |= new
+            last_new_s = waited_s
+        print(f"  restarted {waited_s:.0f} s ago: {len(seen)}/{services} resumed", flush=True)
+    count, waited_s = len(seen), last_new_s
+    return operator, {
+        "restart_stop_s": round(stop_s, 1),
+        "restart_memory_keys": keys,
+        "restart_memory_shards": len(shards),
+        "restart_memory_bytes_per_key": round(sum(sizes) / max(keys, 1)),
+        "restart_memory_largest_shard_bytes": max(sizes, default=0),
+        "restart_resumed": count,
+        "restart_resumed_after_s": round(waited_s, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--services", type=int, default=1000)
@@ -186,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="write a CPU profile of kube-apiserver, taken over the soak's middle minute, here "
         "(read it with `go tool pprof -top FILE`)",
+    )
+    parser.add_argument(
+        "--restart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="at the end, restart the operator and time how soon every service resumes its memory",
     )
     args = parser.parse_args(argv)
 
@@ -221,14 +307,16 @@ def main(argv: list[str] | None = None) -> int:
 
         metrics_port = 19100 + os.getpid() % 500
         log = work / "operator.log"
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "tokenpilot.cli", "run", "--kubeconfig", st.kubeconfig,
-             "--namespace", NAMESPACE, "--metrics-port", str(metrics_port),
-             "--metrics-address", "127.0.0.1",
-             "--leader-election-lease", f"{NAMESPACE}/tokenpilot",
-             "--leader-election-identity", IDENTITY],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        command = [
+            sys.executable, "-m", "tokenpilot.cli", "run", "--kubeconfig", st.kubeconfig,
+            "--namespace", NAMESPACE, "--metrics-port", str(metrics_port),
+            "--metrics-address", "127.0.0.1",
+            "--leader-election-lease", f"{NAMESPACE}/tokenpilot",
+            "--leader-election-identity", IDENTITY,
+            # As the chart runs it: the operator's namespace, where its memory is kept.
+            "--gpu-profiles-configmap", f"{NAMESPACE}/gpu-profiles",
+        ]  # fmt: skip
+        operator = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
 
         created = time.monotonic()
@@ -348,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
                 "evaluation took over"
             ),
         }
+        if args.restart:
+            operator, restart = restarted(client, operator, command, work, args.services)
+            figures.update(restart)
         print(json.dumps(figures, indent=2), flush=True)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2) + "\n")
