@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fake_engines import EngineFarm, FakeEngine, closed_port
 
@@ -171,3 +173,13 @@ def test_the_family_filter_keeps_values_and_drops_the_rest():
     assert engine_sample(parse_metrics(text, ENGINE_FAMILIES_WITH_TTFT), 1.0) == full
     without_ttft = engine_sample(parse_metrics(text, ENGINE_FAMILIES), 1.0)
     assert without_ttft.ttft_buckets is None and without_ttft.itl_buckets == full.itl_buckets
+
+
+def test_real_vllms_page_gives_the_itl_histograms_sum_and_count() -> None:
+    """The mean step the decodes met is the ITL histogram's `_sum` over its count, read from a
+    page real vLLM 0.32.0 served (tests/fixtures)."""
+    text = (Path(__file__).parents[1] / "fixtures" / "vllm-metrics-0.32.0.txt").read_text()
+    sample = engine_sample(parse_metrics(text, ENGINE_FAMILIES), 1.0)
+    assert sample.itl_buckets is not None
+    assert sample.itl_buckets[-1][1] == 52.0
+    assert sample.itl_sum_s == pytest.approx(0.090983736)

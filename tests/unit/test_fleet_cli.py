@@ -55,6 +55,7 @@ def test_json_is_one_object_with_attainment_as_a_fraction(
         "requests",
         "cold_start_s",
         "operator_restarts_s",
+        "engine_slowdown",
         "prompt_tokens_per_5min_swing",
         "policies",
     }
@@ -151,6 +152,8 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
             ["--operator-restarts", "-1"],
             "--operator-restarts '-1': each must be a finite number of seconds >= 0",
         ),
+        (["--engine-slowdown", "0"], "--engine-slowdown 0: must be a factor from 0.25 to 4"),
+        (["--engine-slowdown", "nan"], "--engine-slowdown nan: must be a factor from 0.25 to 4"),
     ],
 )
 def test_bad_flags_get_a_clear_error(

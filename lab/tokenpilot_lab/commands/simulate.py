@@ -49,7 +49,7 @@ from tokenpilot_lab.fleet.engines import engine_config
 from tokenpilot_lab.fleet.operator import RestartMemory
 from tokenpilot_lab.fleet.results import nearest_rank
 from tokenpilot_lab.fleet.sizing import Sizing
-from tokenpilot_lab.sim import EngineConfig, InvalidEngineConfig, StepTimer
+from tokenpilot_lab.sim import EngineConfig, InvalidEngineConfig, ScaledPricer, StepTimer
 from tokenpilot_lab.traces import mapping_from_spec, read_trace
 from tokenpilot_lab.workload import (
     Trace,
@@ -172,6 +172,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(shutdown, an upgrade; the default), its last periodic write (periodic, a process "
         "killed), or none (an operator with no namespace of its own)",
     )
+    parser.add_argument(
+        "--engine-slowdown",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="the simulated engines' steps take F times the step model's price, for every "
+        "policy, while the operator's capacity model keeps the profile's price: a GPU profile "
+        "that misprices its engines (default 1, a profile that prices them right)",
+    )
     parser.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S)
     parser.add_argument("--usd-per-gpu-hour", type=float, help="default: the GPU profile's")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -213,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
             results,
             cold_start_s=args.cold_start,
             operator_restarts_s=restarts_s,
+            engine_slowdown=args.engine_slowdown,
         )
         print(json.dumps(payload, sort_keys=False))
     else:
@@ -239,6 +249,12 @@ def check_flags(args: argparse.Namespace) -> None:
     ]
     if args.synthetic is not None:
         above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
+    slowdown = args.engine_slowdown
+    if not (math.isfinite(slowdown) and 0.25 <= slowdown <= 4.0):
+        raise ValueError(
+            f"--engine-slowdown {slowdown:g}: must be a factor from 0.25 to 4 (1: the engines run "
+            "at the profile's price)"
+        )
     for flag, value, low in at_least:
         if value is not None and not (math.isfinite(value) and value >= low):
             raise ValueError(f"{flag} {value:g}: must be a finite number >= {low:g}")
@@ -369,6 +385,8 @@ class Setup:
     default_engine: EngineConfig
     timer: StepTimer
     tuned_from: str
+    # What the engines run at; `timer` is what the profile, and so the operator, says.
+    engine_timer: StepTimer
 
 
 def setup(args: argparse.Namespace, trace: Trace) -> Setup:
@@ -406,7 +424,10 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         ttft_slo_s=ttft_slo_s,
         itl_slo_s=itl_slo_s,
     )
-    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from)
+    engine_timer = (
+        timer if args.engine_slowdown == 1.0 else ScaledPricer(timer, args.engine_slowdown)
+    )
+    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from, engine_timer)
 
 
 def _simulate(
@@ -414,7 +435,7 @@ def _simulate(
 ) -> tuple[list[FleetResult], Sizing | None, dict[str, str]]:
     names = parse_policies(args.policy)
     world = setup(args, trace)
-    fleet, timer = world.fleet, world.timer
+    fleet, timer = world.fleet, world.engine_timer
     tuned_engine, default_engine = world.tuned_engine, world.default_engine
     entries, sizing = contenders(
         names,
@@ -423,6 +444,7 @@ def _simulate(
         tuned_engine=tuned_engine,
         default_engine=default_engine,
         timer=timer,
+        model_timer=world.timer,
         target_running_per_replica=args.target_running,
         steady_targets=args.baseline_targets == "steady",
         model=args.model,
@@ -448,6 +470,10 @@ def _simulate(
         "restarts": ", ".join(f"{s:g} s" for s in restarts_s)
         + (f", memory {args.operator_restart_memory}" if restarts_s else ""),
         "prefix_cache": _prefix_cache_line(trace, args.enable_prefix_caching),
+        "engines": ""
+        if args.engine_slowdown == 1.0
+        else f"steps take {args.engine_slowdown:g}x the step model's price for every policy; "
+        "tokenpilot's capacity model prices them at 1x, as the profile does",
         "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
         f"max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_engine.max_num_batched_tokens}, "
@@ -486,6 +512,7 @@ def to_json(
     *,
     cold_start_s: float,
     operator_restarts_s: Sequence[float] = (),
+    engine_slowdown: float = 1.0,
 ) -> dict[str, object]:
     policies: dict[str, object] = {}
     for result in results:
@@ -507,6 +534,7 @@ def to_json(
         "requests": trace.num_requests,
         "cold_start_s": cold_start_s,
         "operator_restarts_s": list(operator_restarts_s),
+        "engine_slowdown": engine_slowdown,
         "prompt_tokens_per_5min_swing": _num(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
@@ -550,6 +578,8 @@ def render_table(
     )
     console.print(f"  load: {_swing_words(trace)}", highlight=False)
     console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
+    if budgets.get("engines"):
+        console.print(f"  engines: {budgets['engines']}", highlight=False)
     if budgets.get("restarts"):
         console.print(
             f"  operator restarts at: {budgets['restarts']} (tokenpilot, vllm-default-budget: "

@@ -21,22 +21,28 @@ ITL_BUCKETS_S = vllm_metrics.TOKEN_LATENCY_BUCKETS_S
 class BucketCounter:
     """Observation counts per bucket (the last slot is +Inf), growing only."""
 
-    __slots__ = ("bounds", "counts")
+    __slots__ = ("bounds", "counts", "sum_s")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
+        # The histogram's `_sum`: the seconds of every observation.
+        self.sum_s = 0.0
 
     def observe(self, value_s: float, num: int = 1) -> None:
         # Prometheus buckets are inclusive upper bounds: `le`.
         self.counts[bisect.bisect_left(self.bounds, value_s)] += num
+        self.sum_s += value_s * num
 
     def observe_steps(self, durations_s: list[float], num_decode: list[int]) -> None:
         """Every decode token of a step is one ITL observation of the step's duration."""
         bounds, counts = self.bounds, self.counts
+        total_s = 0.0
         for duration_s, num in zip(durations_s, num_decode, strict=True):
             if num:
                 counts[bisect.bisect_left(bounds, duration_s)] += num
+                total_s += duration_s * num
+        self.sum_s += total_s
 
     def cumulative(self) -> tuple[Bucket, ...]:
         return cumulative(self.bounds, self.counts)

@@ -125,6 +125,7 @@ def contenders(
     tuned_engine: EngineConfig,
     default_engine: EngineConfig,
     timer: StepTimer,
+    model_timer: StepTimer | None = None,
     sizing: Sizing | None = None,
     target_running_per_replica: float | None = None,
     steady_targets: bool = False,
@@ -138,7 +139,10 @@ def contenders(
 
     The baselines' targets are measured on the busiest 5 min replayed faster, or, with
     `steady_targets`, on a steady load test of its requests (`workload.steady`): what a user
-    who sized the target with a fixed-rate benchmark of the production mix would set."""
+    who sized the target with a fixed-rate benchmark of the production mix would set.
+
+    `timer` is what the engines run at, and every measurement is made on it; `model_timer`
+    (default `timer`) is the GPU profile's price, which the operator's capacity model uses."""
 
     if steady_targets and target_running_per_replica is not None:
         raise ValueError(
@@ -208,7 +212,7 @@ def contenders(
             policy = replace(
                 autoscale,
                 startup_s=fleet.cold_start_s,
-                replica_model=replica_model(engine, timer, fleet),
+                replica_model=replica_model(engine, model_timer or timer, fleet),
             )
             make: Callable[[], FleetPolicy] = partial(
                 _operator, name, policy, interval_s, operator_restarts_s, restart_memory

@@ -96,4 +96,5 @@ def engine_sample(pod: PodSample) -> EngineSample:
         cached_prompt_tokens_total=float(pod.cached_prompt_tokens_total),
         output_tokens_total=float(pod.output_tokens_total),
         requests_total=float(pod.requests_total),
+        itl_sum_s=pod.itl_sum_s,
     )

@@ -281,6 +281,7 @@ class FleetSimulation:
                     kv_cache_usage=engine.kv_cache_usage,
                     ttft_buckets=replica.ttft.cumulative(),
                     itl_buckets=replica.itl.cumulative(),
+                    itl_sum_s=replica.itl.sum_s,
                     prompt_tokens_total=replica.num_prompt_tokens,
                     cached_prompt_tokens_total=engine.num_prefix_cache_hits_total,
                     output_tokens_total=replica.num_output_tokens,

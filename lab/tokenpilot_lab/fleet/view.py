@@ -38,6 +38,8 @@ class PodSample:
     cached_prompt_tokens_total: int = 0
     output_tokens_total: int = 0
     requests_total: int = 0
+    # The ITL histogram's `_sum`, seconds.
+    itl_sum_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

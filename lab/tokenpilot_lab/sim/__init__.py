@@ -36,7 +36,7 @@ from tokenpilot_lab.sim.events import (
     StepLog,
 )
 from tokenpilot_lab.sim.request import InvalidRequest, SimRequest
-from tokenpilot_lab.sim.timer import StepTimer
+from tokenpilot_lab.sim.timer import ScaledPricer, StepTimer
 
 __all__ = [
     "Engine",
@@ -48,6 +48,7 @@ __all__ = [
     "InvalidRequest",
     "Preempted",
     "RequestStats",
+    "ScaledPricer",
     "SimRequest",
     "StepLog",
     "StepResult",

@@ -59,6 +59,25 @@ class StepPricer(Protocol):
     ) -> float: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ScaledPricer:
+    """`pricer`'s price of every step times `factor`: engines measured slower (or faster)
+    than their profile prices them."""
+
+    pricer: StepPricer
+    factor: float
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float:
+        return self.factor * self.pricer.iteration_s(
+            num_decodes, decode_context_tokens, prefill_chunks
+        )
+
+
 def attention_pairs(decode_context_tokens: int, prefill_chunks: Sequence[PrefillChunk]) -> int:
     """(query, key) pairs a step attends: each decode its context, each chunk causally."""
     pairs = decode_context_tokens

@@ -157,4 +157,5 @@ def engine_sample(page: MetricsPage, at_s: float) -> EngineSample:
         cached_prompt_tokens_total=page.sum(f"{vllm_metrics.PREFIX_CACHE_HITS}_total"),
         output_tokens_total=page.sum(f"{vllm_metrics.GENERATION_TOKENS}_total"),
         requests_total=page.sum(f"{vllm_metrics.REQUEST_SUCCESS}_total"),
+        itl_sum_s=page.sum(f"{vllm_metrics.INTER_TOKEN_LATENCY_SECONDS}_sum"),
     )

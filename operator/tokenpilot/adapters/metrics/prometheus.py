@@ -50,6 +50,7 @@ class Queries:
     freshest_sample: str
     itl_p99: str
     itl_count: str
+    itl_sum: str
     ttft_p99: str
     ttft_count: str
     prompt_tokens: str
@@ -79,6 +80,7 @@ def queries(target: ServiceTarget, window_s: float) -> Queries:
         freshest_sample=f"max(timestamp({waiting}{sel}))",
         itl_p99=p99(itl),
         itl_count=f"sum(increase({itl}_count{sel}{window}))",
+        itl_sum=f"sum(increase({itl}_sum{sel}{window}))",
         ttft_p99=p99(ttft),
         ttft_count=f"sum(increase({ttft}_count{sel}{window}))",
         prompt_tokens=increase(vllm_metrics.PROMPT_TOKENS),
@@ -98,6 +100,7 @@ _COUNTED = (
     "cached_prompt_tokens",
     "output_tokens",
     "requests",
+    "itl_sum",
 )
 
 
@@ -225,6 +228,9 @@ class PrometheusSource:
             value("cached_prompt_tokens") or 0.0,
             value("output_tokens") or 0.0,
             value("requests") or 0.0,
+            num_pods=int(value("num_series") or 0),
+            num_itl_gaps=value("itl_count") or 0.0,
+            itl_sum_s=value("itl_sum") or 0.0,
         )
 
     async def aclose(self) -> None:

@@ -46,11 +46,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tokenpilot.core.autoscale.correction import (
+    correction,
+    miss_factor,
+    remember_miss,
+    steady_fleet,
+)
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason, Signals
 from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Forecast
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
-from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 
 # Guards ceil() against 3 * (4/3) = 4.0000000001 asking for a fifth replica.
 _EPSILON = 1e-9
@@ -63,26 +69,57 @@ def decide(
     now_s: float,
     outlook: Forecast | None = None,
     watched_s: float | None = None,
+    slowness: float = 1.0,
 ) -> Decision:
     """The replicas `observation`'s service should have at `now_s`, with mode and reason.
 
     `watched_s`: how long this process has watched the service where its forecast holds
     load from before (a memory restored after a restart); a step down waits until it has
-    watched a whole scale-down window itself, as a fresh start does.
+    watched a whole scale-down window itself, as a fresh start does. `slowness`: how much
+    slower than the step model prices them the engines were measured to run
+    (core.autoscale.correction.engine_slowness); the model prices every step that much longer.
 
     Pure: the same arguments always give the same Decision. Pass `decision.history` back in on
     the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
     from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
     """
-    model = _model_need(policy, outlook, watched_s)
+    corrected_by = correction(history.model_misses, now_s)
+    model = _model_need(policy, outlook, watched_s, corrected_by, slowness)
     decision = _decide(policy, history, observation, now_s, model)
     if decision.mode is Mode.hold and decision.reason_code in BLIND:
         return decision
-    # The reading this evaluation saw is the "previous" one for the next.
+    signals = decision.signals
+    misses = decision.history.model_misses
+    if model is not None and _model_missed(decision, model, history.fleet_steady, now_s):
+        factor = miss_factor(signals.ready_replicas, signals.pressure, model.modelled)
+        misses = remember_miss(misses, factor, now_s)
     remembered = replace(
-        decision.history, last_queue_per_replica=decision.signals.queue_per_replica
+        decision.history,
+        # The reading this evaluation saw is the "previous" one for the next.
+        last_queue_per_replica=signals.queue_per_replica,
+        fleet_steady=steady_fleet(
+            history.fleet_steady, signals.ready_replicas, signals.starting_replicas, now_s
+        ),
+        model_misses=misses,
     )
     return replace(decision, history=remembered)
+
+
+def _model_missed(
+    decision: Decision, model: ModelNeed, fleet_steady: tuple[int, float] | None, now_s: float
+) -> bool:
+    """A breach scaled up a fleet that held what the model asked for, all of it Ready for a
+    whole metrics window (core.autoscale.correction)."""
+    signals = decision.signals
+    return (
+        decision.mode in (Mode.scale_up, Mode.panic)
+        and signals.pressure > 1.0
+        and signals.starting_replicas == 0
+        and signals.ready_replicas >= model.replicas
+        and fleet_steady is not None
+        and fleet_steady[0] == signals.ready_replicas
+        and now_s - fleet_steady[1] >= METRICS_WINDOW_S
+    )
 
 
 def _decide(
@@ -511,14 +548,22 @@ class ModelNeed:
     # busiest interval, and so a smaller fleet.
     can_shrink: bool
     seen_s: float
+    # The step model's own count, before its misses corrected it.
+    modelled: int = 0
 
 
 def _model_need(
-    policy: AutoscalePolicy, outlook: Forecast | None, watched_s: float | None = None
+    policy: AutoscalePolicy,
+    outlook: Forecast | None,
+    watched_s: float | None = None,
+    corrected_by: float = 1.0,
+    slowness: float = 1.0,
 ) -> ModelNeed | None:
     model = policy.replica_model
     if model is None or outlook is None:
         return None
+    if slowness > 1.0:
+        model = model.slowed(slowness)
     demand = outlook.demand
     replicas, verdict = model.replicas_needed(demand, policy.max_replicas)
     sized = replicas
@@ -534,6 +579,14 @@ def _model_need(
                 f", {burst} to keep up with a burst {approx(outlook.record_jump)}x that "
                 f"(the records of the last {MAX_MEMORY_S / 60:.0f} min)"
             )
+    modelled = replicas
+    missed = ""
+    if corrected_by > 1.0:
+        replicas = math.ceil(replicas * corrected_by - _EPSILON)
+        missed = (
+            f", {replicas} as the model's misses correct it ({approx(corrected_by)}x: a fleet "
+            f"it sized breached the SLOs within the last {MAX_MEMORY_S / 60:.0f} min)"
+        )
     replicas = policy.clamp(replicas)
     limit = "" if verdict.ok else f" ({verdict.why} even then)"
     words = (
@@ -550,13 +603,20 @@ def _model_need(
             if outlook.growth_prompt_tokens_per_s > 0
             else ""
         )
-        + f") need {sized} replicas by the step model{record}{limit}"
+        + f") need {sized} replicas by the step model"
+        + (
+            f" at the engines' measured pace, {approx(slowness)}x its price"
+            if slowness > 1.0
+            else ""
+        )
+        + f"{record}{limit}{missed}"
     )
     # A restored memory lacks the load of the time between its last write and the restart,
     # which the fleet in place was sized on: the forecast claims no smaller fleet until this
     # process has seen a window of its own.
     seen_s = outlook.span_s if watched_s is None else min(outlook.span_s, watched_s)
-    return ModelNeed(replicas, words, seen_s >= policy.scale_down_stabilization_s, seen_s)
+    can_shrink = seen_s >= policy.scale_down_stabilization_s
+    return ModelNeed(replicas, words, can_shrink, seen_s, policy.clamp(modelled))
 
 
 def _trend_words(outlook: Forecast) -> str:

@@ -35,9 +35,9 @@ the TTFT's limit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tokenpilot.core.roofline import PrefillChunk, StepPricer
+from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
 
 # The utilization of the prefill server where the tail prompt cannot meet the TTFT even alone:
 # under processor sharing a prompt then takes twice its own prefill time.
@@ -94,27 +94,19 @@ class ReplicaModel:
     itl_slo_s: float | None
     ttft_slo_s: float | None
 
+    def slowed(self, factor: float) -> ReplicaModel:
+        """This replica on engines whose every step takes `factor` times the model's price."""
+        return replace(self, pricer=ScaledPricer(self.pricer, factor))
+
     def serves(self, demand: Demand, *, keep_up_only: bool = False) -> Verdict:
         """Whether one replica serves `demand` (already its share) within the SLOs, or, with
         `keep_up_only`, keeps up with it (see the module docstring)."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
         context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
         chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
-        limit_s = _RUNAWAY * (self.itl_slo_s or 0.05)
-        t = self.pricer.iteration_s(0, 0)
-        for _ in range(_MAX_ITERATIONS):
-            n, k = d * t, p * t
-            if n + k > self.token_budget or t > limit_s:
-                return Verdict(False, t, n, math.inf, "cannot keep up: the budget is full")
-            nxt = self.pricer.iteration_s(
-                math.ceil(n),
-                math.ceil(n * context),
-                (PrefillChunk(math.ceil(k), round(chunk_context)),) if k > 0 else (),
-            )
-            if abs(nxt - t) <= 1e-6 * t:
-                t = nxt
-                break
-            t = nxt
+        t, keeps_up = self._steady_step(demand)
+        if not keeps_up:
+            return Verdict(False, t, d * t, math.inf, "cannot keep up: the budget is full")
         n = d * t
         if n > self.max_num_seqs:
             return Verdict(False, t, n, math.inf, f"{n:.0f} decodes exceed max_num_seqs")
@@ -135,6 +127,62 @@ class ReplicaModel:
         if rho > (1.0 if keep_up_only else self._rho_max(full_s, room, demand)):
             return Verdict(False, t, n, rho, f"prefill {rho:.0%} busy")
         return Verdict(True, t, n, rho)
+
+    def mean_decode_step_s(self, demand: Demand) -> float | None:
+        """The mean step a decode meets at `demand` (already one replica's share), as vLLM's
+        scheduler runs it; None where the replica cannot keep up.
+
+        vLLM fills a step's budget with prompt tokens whenever a prompt is waiting, so a
+        replica runs two kinds of step: the decodes beside a whole chunk, and the decodes
+        alone. A share `f` of steps carries a chunk of `room = budget − n` tokens, so the
+        prompt tokens per step are `f × room = P × t`, with `t = f t_chunk + (1 − f) t_alone`
+        and `n = D × t`, solved by fixed-point iteration. Every decode meets every step, so
+        `t` is also the decodes' mean gap: what the ITL histogram's sum over its count
+        measures. (Pricing the mean composition instead, one step of `P t` prompt tokens,
+        reads up to 18 % short where the step's price bends at the ridge: a step under it
+        costs the weight read, a whole chunk over it its arithmetic.)
+        """
+        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
+        chunk_context = round(max(0.0, demand.mean_prompt_tokens / 2))
+        t = self.pricer.iteration_s(0, 0)
+        for _ in range(_MAX_ITERATIONS):
+            n = math.ceil(d * t)
+            room = self.token_budget - n
+            share = p * t / room if room > 0 else math.inf
+            if share > 1.0 or n > self.max_num_seqs:
+                return None
+            alone_s = self.pricer.iteration_s(n, math.ceil(n * context))
+            chunk_s = self.pricer.iteration_s(
+                n, math.ceil(n * context), (PrefillChunk(room, chunk_context),)
+            )
+            nxt = share * chunk_s + (1.0 - share) * alone_s
+            if abs(nxt - t) <= 1e-6 * t:
+                return nxt
+            t = nxt
+        return t
+
+    def _steady_step(self, demand: Demand) -> tuple[float, bool]:
+        """The fixed point t = iteration_s(D t decodes, a chunk of P t tokens), and whether it
+        exists within the budget."""
+        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
+        chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
+        limit_s = _RUNAWAY * (self.itl_slo_s or 0.05)
+        t = self.pricer.iteration_s(0, 0)
+        for _ in range(_MAX_ITERATIONS):
+            n, k = d * t, p * t
+            if n + k > self.token_budget or t > limit_s:
+                return t, False
+            nxt = self.pricer.iteration_s(
+                math.ceil(n),
+                math.ceil(n * context),
+                (PrefillChunk(math.ceil(k), round(chunk_context)),) if k > 0 else (),
+            )
+            if abs(nxt - t) <= 1e-6 * t:
+                return nxt, True
+            t = nxt
+        return t, True
 
     def _chunk_alone_breaks_itl(self) -> bool:
         assert self.itl_slo_s is not None

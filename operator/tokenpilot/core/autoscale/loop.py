@@ -4,8 +4,9 @@
 
 `state` is everything the autoscaler remembers of one service between evaluations: the
 policy, each pod's ring of scrapes, the load of the forecast's memory, the last hour's jumps
-over the forecast (core.autoscale.demand: records), the decision's history and the status it
-last applied. `samples` is what the metrics source read this time: the
+over the forecast (core.autoscale.demand: records), the engines' measured step over the
+model's price (core.autoscale.correction), the decision's history and the status it last
+applied. `samples` is what the metrics source read this time: the
 scrapes of the Ready pods (`PodScrapes`, the direct source) or an `Observation` a Prometheus
 server windowed itself. `current` is what the cluster says (spec.replicas, Ready pods, the
 object's generation and conditions), `now` the clock's two readings. `step` returns the next
@@ -28,6 +29,7 @@ from typing import Any
 
 from tokenpilot.api.llmservice import Condition
 from tokenpilot.core.autoscale.algorithm import decide
+from tokenpilot.core.autoscale.correction import engine_slowness, step_ratio
 from tokenpilot.core.autoscale.decision import Decision, Mode
 from tokenpilot.core.autoscale.demand import (
     Forecast,
@@ -113,6 +115,9 @@ class ServiceState:
     # when, where that memory had a hole, jumps over the forecast are measured again.
     restored_at_s: float | None = None
     jumps_resume_at_s: float | None = None
+    # (time, the engines' mean step over the step model's price of it) of each interval of
+    # the forecast's memory that priced one (core.autoscale.correction.step_ratio).
+    step_ratios: tuple[tuple[float, float], ...] = ()
 
 
 def step(
@@ -139,6 +144,8 @@ def step(
         observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
     jumps = state.jumps
+    ratios = state.step_ratios
+    counted = None
     # How long this process has watched a service whose memory it restored (None: its own).
     watched_s = None if state.restored_at_s is None else now.monotonic_s - state.restored_at_s
     backlog_s = state.policy.ttft_p99_slo_s or state.interval_s
@@ -165,8 +172,22 @@ def step(
         )
         jumps = remember_jump(jumps, measured, point.at_s)
         load = remember(load, point, lookback_s)
+        ratios = tuple((at_s, r) for at_s, r in ratios if at_s > point.at_s - lookback_s)
     outlook = _forecast(state, load, jumps)
-    decision = decide(state.policy, state.history, observation, now.monotonic_s, outlook, watched_s)
+    model = state.policy.replica_model
+    if counted is not None and model is not None and outlook is not None:
+        ratio = step_ratio(model, counted, outlook.demand)
+        if ratio is not None:
+            ratios = (*ratios, (observation.observed_at_s, ratio))
+    decision = decide(
+        state.policy,
+        state.history,
+        observation,
+        now.monotonic_s,
+        outlook,
+        watched_s,
+        engine_slowness(ratios),
+    )
     actions: list[Action] = []
     if decision.desired_replicas != current.spec_replicas:
         actions.append(ScaleTo(current.spec_replicas, decision.desired_replicas))
@@ -203,6 +224,7 @@ def step(
         history=decision.history,
         applied=applied,
         num_reading_evaluations=num_reading,
+        step_ratios=ratios,
     )
     return next_state, decision, tuple(actions)
 

@@ -58,13 +58,18 @@ class LatencyQuantile:
 class Load:
     """What the engines took in over `interval_s`: the increases of vLLM's counters
     (`vllm:prompt_tokens`, `vllm:prompt_tokens_cached`, `vllm:generation_tokens`,
-    `vllm:request_success`) summed over the pods read at both ends of the interval."""
+    `vllm:request_success`) summed over the `num_pods` pods read at both ends of the interval,
+    and of the inter-token latency histogram's count and sum (gaps between tokens, and their
+    seconds), whose quotient is the mean step the decodes met."""
 
     interval_s: float
     num_prompt_tokens: float
     num_cached_prompt_tokens: float
     num_output_tokens: float
     num_requests: float
+    num_pods: int = 0
+    num_itl_gaps: float = 0.0
+    itl_sum_s: float = 0.0
 
     @property
     def is_finite(self) -> bool:
@@ -77,6 +82,8 @@ class Load:
                 self.num_cached_prompt_tokens,
                 self.num_output_tokens,
                 self.num_requests,
+                self.num_itl_gaps,
+                self.itl_sum_s,
             )
         )
 
@@ -139,6 +146,9 @@ class History:
       (time, the fewest replicas that evaluation's readings showed would stay within targets).
       A step down goes no lower than the largest of them: the busiest reading of the window,
       not only the latest, must fit the smaller fleet.
+    - `fleet_steady`: (Ready replicas, since when) while no replica is starting.
+    - `model_misses`: (time, factor) of each breach on a fleet the step model sized, kept an
+      hour; the largest corrects the model's count (core.autoscale.correction).
     """
 
     breach_since_s: float | None = None
@@ -147,3 +157,5 @@ class History:
     last_scale_down_s: float | None = None
     last_queue_per_replica: float | None = None
     calm_floors: tuple[tuple[float, int], ...] = ()
+    fleet_steady: tuple[int, float] | None = None
+    model_misses: tuple[tuple[float, float], ...] = ()

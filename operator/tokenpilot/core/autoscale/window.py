@@ -34,6 +34,8 @@ class EngineSample:
     cached_prompt_tokens_total: float | None = None
     output_tokens_total: float | None = None
     requests_total: float | None = None
+    # The inter-token latency histogram's `_sum` (seconds); its count is the +Inf bucket.
+    itl_sum_s: float | None = None
 
 
 Ring = tuple[EngineSample, ...]
@@ -119,25 +121,37 @@ def _load(rings: Sequence[Ring]) -> Load | None:
     """The counters' increase between each pod's last two readings, summed over the pods.
 
     A counter that went down (the engine restarted) counts from zero, as PromQL's increase()
-    does; the interval is the longest of the pods' (they are read together)."""
+    does; the interval is the longest of the pods' (they are read together). The ITL
+    histogram's count and sum count only from pods that export both."""
     totals = [0.0, 0.0, 0.0, 0.0]
+    gaps = [0.0, 0.0]
     interval_s = 0.0
-    counted = False
+    num_pods = 0
     for ring in rings:
         if len(ring) < 2 or ring[-1].prompt_tokens_total is None:
             continue
         before, after = ring[-2], ring[-1]
         for index, field in enumerate(_COUNTERS):
-            now, then = getattr(after, field), getattr(before, field)
-            if now is None:
-                continue
-            totals[index] += now if then is None or now < then else now - then
+            totals[index] += _increase(getattr(before, field), getattr(after, field))
+        if after.itl_sum_s is not None and after.itl_buckets:
+            gaps[0] += _increase(_count(before.itl_buckets), after.itl_buckets[-1][1])
+            gaps[1] += _increase(before.itl_sum_s, after.itl_sum_s)
         interval_s = max(interval_s, after.at_s - before.at_s)
-        counted = True
-    if not counted or interval_s <= 0:
+        num_pods += 1
+    if num_pods == 0 or interval_s <= 0:
         return None
     prompt, cached, output, requests = totals
-    return Load(interval_s, prompt, cached, output, requests)
+    return Load(interval_s, prompt, cached, output, requests, num_pods, gaps[0], gaps[1])
+
+
+def _increase(then: float | None, now: float | None) -> float:
+    if now is None:
+        return 0.0
+    return now if then is None or now < then else now - then
+
+
+def _count(buckets: tuple[Bucket, ...] | None) -> float | None:
+    return buckets[-1][1] if buckets else None
 
 
 _COUNTERS = (
