@@ -46,6 +46,19 @@ TTFT_REPLICA_MODEL = ReplicaModel(
     LinearStep(0.005, 30e-6, 30e-6), 512, 64, 100_000, itl_slo_s=ITL_SLO_S, ttft_slo_s=TTFT_SLO_S
 )
 
+# A step of 5 ms plus 30 us per token at a 2,048-token budget: enough of an engine for the
+# capacity model at a 50 ms ITL and a 2 s TTFT, and the policy that scales on it.
+LINEAR_REPLICA_MODEL = ReplicaModel(
+    LinearStep(0.005, 30e-6, 30e-6), 2048, 256, 1_000_000, itl_slo_s=0.05, ttft_slo_s=2.0
+)
+LINEAR_POLICY = AutoscalePolicy(
+    min_replicas=1,
+    max_replicas=64,
+    itl_p99_slo_s=0.05,
+    ttft_p99_slo_s=2.0,
+    replica_model=LINEAR_REPLICA_MODEL,
+)
+
 
 def itl_quantile(p99_s: float, num_observations: float = 1000.0) -> LatencyQuantile:
     return LatencyQuantile(

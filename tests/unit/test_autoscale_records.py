@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from _steps import LinearStep
-from autoscale_fleet import light_load
+from autoscale_fleet import LINEAR_POLICY, LINEAR_REPLICA_MODEL, light_load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.core.autoscale import AutoscalePolicy, Observation
-from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
+from tokenpilot.core.autoscale import Observation
+from tokenpilot.core.autoscale.capacity import Demand
 from tokenpilot.core.autoscale.demand import (
     MAX_MEMORY_S,
     Jump,
@@ -30,13 +29,8 @@ from tokenpilot.core.autoscale.demand import (
 from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
 from tokenpilot.core.autoscale.observation import Load
 
-# A step of 5 ms plus 30 us per token: enough of an engine for the capacity model.
-MODEL = ReplicaModel(
-    LinearStep(0.005, 30e-6, 30e-6), 2048, 256, 1_000_000, itl_slo_s=0.05, ttft_slo_s=2.0
-)
-POLICY = AutoscalePolicy(
-    min_replicas=1, max_replicas=64, itl_p99_slo_s=0.05, ttft_p99_slo_s=2.0, replica_model=MODEL
-)
+MODEL = LINEAR_REPLICA_MODEL
+POLICY = LINEAR_POLICY
 INTERVAL_S = 5.0
 LEVEL = Load(INTERVAL_S, 100_000.0, 0.0, 10_000.0, 100.0)  # 20,000 prompt tokens/s
 

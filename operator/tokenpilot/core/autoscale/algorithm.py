@@ -46,17 +46,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tokenpilot.core.autoscale.correction import (
-    correction,
-    miss_factor,
-    remember_miss,
-    steady_fleet,
-)
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason, Signals
 from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Forecast
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import History, LatencyQuantile, Observation
-from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
+from tokenpilot.core.autoscale.policy import AutoscalePolicy
 
 # Guards ceil() against 3 * (4/3) = 4.0000000001 asking for a fifth replica.
 _EPSILON = 1e-9
@@ -83,43 +77,15 @@ def decide(
     the next call (start from `History()`); `now_s` and `observation.observed_at_s` must come
     from the same clock (monotonic seconds in the operator, virtual seconds in a simulation).
     """
-    corrected_by = correction(history.model_misses, now_s)
-    model = _model_need(policy, outlook, watched_s, corrected_by, slowness)
+    model = _model_need(policy, outlook, watched_s, slowness)
     decision = _decide(policy, history, observation, now_s, model)
     if decision.mode is Mode.hold and decision.reason_code in BLIND:
         return decision
-    signals = decision.signals
-    misses = decision.history.model_misses
-    if model is not None and _model_missed(decision, model, history.fleet_steady, now_s):
-        factor = miss_factor(signals.ready_replicas, signals.pressure, model.modelled)
-        misses = remember_miss(misses, factor, now_s)
+    # The reading this evaluation saw is the "previous" one for the next.
     remembered = replace(
-        decision.history,
-        # The reading this evaluation saw is the "previous" one for the next.
-        last_queue_per_replica=signals.queue_per_replica,
-        fleet_steady=steady_fleet(
-            history.fleet_steady, signals.ready_replicas, signals.starting_replicas, now_s
-        ),
-        model_misses=misses,
+        decision.history, last_queue_per_replica=decision.signals.queue_per_replica
     )
     return replace(decision, history=remembered)
-
-
-def _model_missed(
-    decision: Decision, model: ModelNeed, fleet_steady: tuple[int, float] | None, now_s: float
-) -> bool:
-    """A breach scaled up a fleet that held what the model asked for, all of it Ready for a
-    whole metrics window (core.autoscale.correction)."""
-    signals = decision.signals
-    return (
-        decision.mode in (Mode.scale_up, Mode.panic)
-        and signals.pressure > 1.0
-        and signals.starting_replicas == 0
-        and signals.ready_replicas >= model.replicas
-        and fleet_steady is not None
-        and fleet_steady[0] == signals.ready_replicas
-        and now_s - fleet_steady[1] >= METRICS_WINDOW_S
-    )
 
 
 def _decide(
@@ -548,15 +514,12 @@ class ModelNeed:
     # busiest interval, and so a smaller fleet.
     can_shrink: bool
     seen_s: float
-    # The step model's own count, before its misses corrected it.
-    modelled: int = 0
 
 
 def _model_need(
     policy: AutoscalePolicy,
     outlook: Forecast | None,
     watched_s: float | None = None,
-    corrected_by: float = 1.0,
     slowness: float = 1.0,
 ) -> ModelNeed | None:
     model = policy.replica_model
@@ -579,14 +542,6 @@ def _model_need(
                 f", {burst} to keep up with a burst {approx(outlook.record_jump)}x that "
                 f"(the records of the last {MAX_MEMORY_S / 60:.0f} min)"
             )
-    modelled = replicas
-    missed = ""
-    if corrected_by > 1.0:
-        replicas = math.ceil(replicas * corrected_by - _EPSILON)
-        missed = (
-            f", {replicas} as the model's misses correct it ({approx(corrected_by)}x: a fleet "
-            f"it sized breached the SLOs within the last {MAX_MEMORY_S / 60:.0f} min)"
-        )
     replicas = policy.clamp(replicas)
     limit = "" if verdict.ok else f" ({verdict.why} even then)"
     words = (
@@ -609,14 +564,13 @@ def _model_need(
             if slowness > 1.0
             else ""
         )
-        + f"{record}{limit}{missed}"
+        + f"{record}{limit}"
     )
     # A restored memory lacks the load of the time between its last write and the restart,
     # which the fleet in place was sized on: the forecast claims no smaller fleet until this
     # process has seen a window of its own.
     seen_s = outlook.span_s if watched_s is None else min(outlook.span_s, watched_s)
-    can_shrink = seen_s >= policy.scale_down_stabilization_s
-    return ModelNeed(replicas, words, can_shrink, seen_s, policy.clamp(modelled))
+    return ModelNeed(replicas, words, seen_s >= policy.scale_down_stabilization_s, seen_s)
 
 
 def _trend_words(outlook: Forecast) -> str:

@@ -146,9 +146,6 @@ class History:
       (time, the fewest replicas that evaluation's readings showed would stay within targets).
       A step down goes no lower than the largest of them: the busiest reading of the window,
       not only the latest, must fit the smaller fleet.
-    - `fleet_steady`: (Ready replicas, since when) while no replica is starting.
-    - `model_misses`: (time, factor) of each breach on a fleet the step model sized, kept an
-      hour; the largest corrects the model's count (core.autoscale.correction).
     """
 
     breach_since_s: float | None = None
@@ -157,5 +154,3 @@ class History:
     last_scale_down_s: float | None = None
     last_queue_per_replica: float | None = None
     calm_floors: tuple[tuple[float, int], ...] = ()
-    fleet_steady: tuple[int, float] | None = None
-    model_misses: tuple[tuple[float, float], ...] = ()
