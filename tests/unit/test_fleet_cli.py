@@ -152,8 +152,9 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
             ["--operator-restarts", "-1"],
             "--operator-restarts '-1': each must be a finite number of seconds >= 0",
         ),
-        (["--engine-slowdown", "0"], "--engine-slowdown 0: must be a factor from 0.25 to 4"),
-        (["--engine-slowdown", "nan"], "--engine-slowdown nan: must be a factor from 0.25 to 4"),
+        (["--engine-slowdown", "0"], "--engine-slowdown 0: must be a factor from 1 to 4"),
+        (["--engine-slowdown", "nan"], "--engine-slowdown nan: must be a factor from 1 to 4"),
+        (["--engine-slowdown", "0.5"], "faster engines could beat the GPU's datasheet"),
     ],
 )
 def test_bad_flags_get_a_clear_error(

@@ -250,10 +250,10 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.synthetic is not None:
         above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
     slowdown = args.engine_slowdown
-    if not (math.isfinite(slowdown) and 0.25 <= slowdown <= 4.0):
+    if not (math.isfinite(slowdown) and 1.0 <= slowdown <= 4.0):
         raise ValueError(
-            f"--engine-slowdown {slowdown:g}: must be a factor from 0.25 to 4 (1: the engines run "
-            "at the profile's price)"
+            f"--engine-slowdown {slowdown:g}: must be a factor from 1 to 4 (1: the engines run "
+            "at the profile's price; faster engines could beat the GPU's datasheet)"
         )
     for flag, value, low in at_least:
         if value is not None and not (math.isfinite(value) and value >= low):

@@ -1,8 +1,8 @@
 """What the engine needs from a step-time model: the duration of one iteration.
 
 It is the operator's own contract (`tokenpilot.core.roofline.StepPricer`), under the name the
-lab's engine has always used for it; `ScaledPricer` makes engines slower (or faster) than
-their profile prices them, the error a real GPU profile can carry.
+lab's engine has always used for it; `ScaledPricer` makes engines slower than their
+profile prices them, the error a real GPU profile can carry.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ achieves. Tensor parallelism adds two all-reduces per layer of n x hidden x 2 by
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -61,11 +62,19 @@ class StepPricer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ScaledPricer:
-    """`pricer`'s price of every step times `factor`: engines measured slower (or faster)
-    than their profile prices them."""
+    """`pricer`'s price of every step times `factor`: engines measured slower than their
+    profile prices them. Never faster: the profile's efficiencies are fitted under 100 % of
+    the datasheet, and a factor under 1 could price a step past the physical floor."""
 
     pricer: StepPricer
     factor: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and self.factor >= 1.0):
+            raise ValueError(
+                f"a step price may only be scaled up (factor >= 1), got {self.factor}: a "
+                "smaller factor could price a step faster than the GPU's datasheet allows"
+            )
 
     def iteration_s(
         self,

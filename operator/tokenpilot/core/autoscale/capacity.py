@@ -83,6 +83,13 @@ class Verdict:
     why: str = ""
 
 
+def _contexts(demand: Demand) -> tuple[float, int]:
+    """The tokens a decode attends on average (its prompt and half its output), and those
+    already computed before a prompt's chunk on average (half its prompt)."""
+    context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
+    return context, round(max(0.0, demand.mean_prompt_tokens / 2))
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaModel:
     """One replica at its token budget and SLOs, priced by the step model."""
@@ -102,8 +109,7 @@ class ReplicaModel:
         """Whether one replica serves `demand` (already its share) within the SLOs, or, with
         `keep_up_only`, keeps up with it (see the module docstring)."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
-        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
-        chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
+        context, chunk_context = _contexts(demand)
         t, keeps_up = self._steady_step(demand)
         if not keeps_up:
             return Verdict(False, t, d * t, math.inf, "cannot keep up: the budget is full")
@@ -114,7 +120,7 @@ class ReplicaModel:
             return Verdict(False, t, n, math.inf, "the decodes' context would fill the KV cache")
         room = max(1, self.token_budget - math.ceil(n))
         full_s = self.pricer.iteration_s(
-            math.ceil(n), math.ceil(n * context), (PrefillChunk(room, round(chunk_context)),)
+            math.ceil(n), math.ceil(n * context), (PrefillChunk(room, chunk_context),)
         )
         rho = p * full_s / room
         if self.itl_slo_s is not None and p > 0 and full_s > self.itl_slo_s:
@@ -143,8 +149,7 @@ class ReplicaModel:
         costs the weight read, a whole chunk over it its arithmetic.)
         """
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
-        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
-        chunk_context = round(max(0.0, demand.mean_prompt_tokens / 2))
+        context, chunk_context = _contexts(demand)
         t = self.pricer.iteration_s(0, 0)
         for _ in range(_MAX_ITERATIONS):
             n = math.ceil(d * t)
@@ -166,8 +171,7 @@ class ReplicaModel:
         """The fixed point t = iteration_s(D t decodes, a chunk of P t tokens), and whether it
         exists within the budget."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
-        context = max(1.0, demand.mean_prompt_tokens + demand.mean_output_tokens / 2)
-        chunk_context = max(0.0, demand.mean_prompt_tokens / 2)
+        context, chunk_context = _contexts(demand)
         limit_s = _RUNAWAY * (self.itl_slo_s or 0.05)
         t = self.pricer.iteration_s(0, 0)
         for _ in range(_MAX_ITERATIONS):
@@ -177,7 +181,7 @@ class ReplicaModel:
             nxt = self.pricer.iteration_s(
                 math.ceil(n),
                 math.ceil(n * context),
-                (PrefillChunk(math.ceil(k), round(chunk_context)),) if k > 0 else (),
+                (PrefillChunk(math.ceil(k), chunk_context),) if k > 0 else (),
             )
             if abs(nxt - t) <= 1e-6 * t:
                 return nxt, True
