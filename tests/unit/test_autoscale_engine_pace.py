@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from autoscale_fleet import LINEAR_POLICY, LINEAR_REPLICA_MODEL, light_load
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from tokenpilot.core.autoscale.correction import (
 from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
 from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes, observe_scrapes
+from tokenpilot.core.roofline import ScaledPricer
 
 MODEL = LINEAR_REPLICA_MODEL
 POLICY = LINEAR_POLICY
@@ -137,3 +139,11 @@ def test_the_mean_step_is_read_from_two_scrapes_of_each_pod() -> None:
     assert load.num_pods == 2
     assert load.num_itl_gaps == 400.0 + 200.0
     assert load.itl_sum_s == 12.0 + 6.0
+
+
+def test_a_step_price_is_never_scaled_below_the_profiles() -> None:
+    """The profile is already under the datasheet's floor by its fitted efficiencies; a factor
+    under 1 could price a step faster than the GPU can run it."""
+    with pytest.raises(ValueError, match="only be scaled up"):
+        ScaledPricer(MODEL.pricer, 0.9)
+    assert MODEL.slowed(1.5).pricer.iteration_s(1, 1) == 1.5 * MODEL.pricer.iteration_s(1, 1)
