@@ -11,7 +11,7 @@ from _operator_harness import create, get_llms, sample
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.status import AUTOSCALER, RECONCILER, apply_status
-from tokenpilot.api.llmservice import LLMService
+from tokenpilot.api.llmservice import Condition, ConditionStatus, LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.batching import spec_decision
@@ -26,6 +26,14 @@ pytestmark = pytest.mark.cluster
 NOW = "2026-01-01T00:00:00Z"
 BATCHING = spec_decision(4096, 256)
 READY = DeploymentFacts(1, 1, 2, 2, 2, 2, available_replicas=2)
+# The autoscaler's second condition, as core.autoscale.correction words it.
+SLOWER = Condition(
+    type="PaceAsProfiled",
+    status=ConditionStatus.false,
+    reason="SlowerThanProfile",
+    message="the engines' steps take 1.3x the step model's price",
+    last_transition_time=NOW,
+)
 
 
 def reconciler_writes(client: KubeClient, stale: LLMService, problem: str | None = None) -> None:
@@ -41,7 +49,9 @@ def reconciler_writes(client: KubeClient, stale: LLMService, problem: str | None
     apply_status(client, meta.namespace, meta.name, status, field_manager=RECONCILER)
 
 
-def autoscaler_writes(client: KubeClient, stale: LLMService, num_pods_scraped: int) -> None:
+def autoscaler_writes(
+    client: KubeClient, stale: LLMService, num_pods_scraped: int, *, slower: bool = False
+) -> None:
     seen = Observation(
         desired_replicas=2,
         ready_replicas=2,
@@ -64,7 +74,7 @@ def autoscaler_writes(client: KubeClient, stale: LLMService, num_pods_scraped: i
         mode=decision.mode.value,
         reason_code=decision.reason_code.value,
         reason=decision.reason,
-        condition=condition,
+        conditions=(condition, *([SLOWER] if slower else [])),
         now=NOW,
     )
     meta = stale.metadata
@@ -87,9 +97,10 @@ def test_neither_writer_undoes_the_other(client: KubeClient, namespace: str) -> 
     assert seen["MetricsAvailable"] == ("False", "PartialScrape")
     assert seen["Ready"] == ("True", "ReplicasReady")
 
-    autoscaler_writes(client, stale, num_pods_scraped=2)
+    autoscaler_writes(client, stale, num_pods_scraped=2, slower=True)
     seen = conditions(client, namespace)
     assert seen["MetricsAvailable"] == ("True", "MetricsRead")
+    assert seen["PaceAsProfiled"] == ("False", "SlowerThanProfile")
     assert seen["Ready"] == ("True", "ReplicasReady")  # the autoscaler's stale copy is not applied
 
     reconciler_writes(client, stale, problem="weights do not fit")
@@ -97,5 +108,11 @@ def test_neither_writer_undoes_the_other(client: KubeClient, namespace: str) -> 
     seen = conditions(client, namespace)
     assert seen["Infeasible"] == ("True", "Infeasible")
     assert seen["MetricsAvailable"] == ("True", "MetricsRead")
+    assert seen["PaceAsProfiled"] == ("False", "SlowerThanProfile")
     assert "tuning" not in status  # what the reconciler stopped applying is gone
     assert status["autoscaling"]["desiredReplicas"] == 2
+
+    autoscaler_writes(client, stale, num_pods_scraped=2)
+    seen = conditions(client, namespace)
+    assert "PaceAsProfiled" not in seen  # nor is what the autoscaler stopped applying
+    assert seen["Infeasible"] == ("True", "Infeasible")

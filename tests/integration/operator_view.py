@@ -27,6 +27,7 @@ class OperatorService:
     token_budget: int = 2048
     sku: str = "H100-80GB"
     replica_hourly_cost_usd: float = 6.16
+    engine_step_pace: float | None = None
 
 
 class _Quiet(WSGIRequestHandler):
@@ -52,6 +53,7 @@ def serve_operator_metrics(
         metrics.record_replica_cost(
             namespace, service.llmservice, service.sku, service.replica_hourly_cost_usd
         )
+        metrics.record_pace(namespace, service.llmservice, service.engine_step_pace)
         metrics.desired_replicas.labels(namespace, service.llmservice).set(service.desired)
         metrics.ready_replicas.labels(namespace, service.llmservice).set(service.ready)
     server = make_server("127.0.0.1", port, make_wsgi_app(metrics.registry), handler_class=_Quiet)

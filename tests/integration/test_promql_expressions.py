@@ -66,6 +66,7 @@ OPERATOR_VIEW = (
         ready=2,
         max_replicas=2,
         reconcile_errors=True,
+        engine_step_pace=1.4,
     ),
     OperatorService(
         "code",
@@ -76,6 +77,7 @@ OPERATOR_VIEW = (
         ready=1,
         max_replicas=4,
         reconcile_errors=False,
+        engine_step_pace=0.97,
     ),
     OperatorService(
         "ghost",

@@ -9,26 +9,39 @@ prices the interval's load, the model prices every step that much longer
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from autoscale_fleet import LINEAR_POLICY, LINEAR_REPLICA_MODEL, light_load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenpilot.core.autoscale.capacity import Demand
+from tokenpilot.api.llmservice import ConditionStatus
+from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
 from tokenpilot.core.autoscale.correction import (
     MIN_ITL_GAPS,
     MIN_STEP_SAMPLES,
     PACE_TOLERANCE,
+    engine_pace,
     engine_slowness,
     step_ratio,
 )
-from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
+from tokenpilot.core.autoscale.loop import (
+    Action,
+    ApplyStatus,
+    Current,
+    Now,
+    PostEvent,
+    ServiceState,
+    step,
+)
+from tokenpilot.core.autoscale.memory import restore, snapshot
 from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes, observe_scrapes
 from tokenpilot.core.roofline import ScaledPricer
 
 MODEL = LINEAR_REPLICA_MODEL
+EPOCH = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 POLICY = LINEAR_POLICY
 INTERVAL_S = 5.0
 REPLICAS = 8
@@ -37,25 +50,68 @@ MIX = Demand(0.0, 0.0, 1000.0, 100.0, 4000.0)
 PROMPT, OUTPUT = 100_000.0, 10_000.0
 
 
-def interval(pace: float, pods: int = REPLICAS) -> Load:
-    """One interval of the level load on `pods` pods whose decodes met steps `pace` times
-    the model's price of that load."""
-    share = Demand(
-        PROMPT / INTERVAL_S / pods,
-        OUTPUT / INTERVAL_S / pods,
+def share_of(pods: int, prompt: float = PROMPT, output: float = OUTPUT) -> Demand:
+    return Demand(
+        prompt / INTERVAL_S / pods,
+        output / INTERVAL_S / pods,
         MIX.mean_prompt_tokens,
         MIX.mean_output_tokens,
         MIX.tail_prompt_tokens,
     )
-    priced_s = MODEL.mean_decode_step_s(share)
-    assert priced_s is not None
-    return Load(INTERVAL_S, PROMPT, 0.0, OUTPUT, 100.0, pods, OUTPUT, OUTPUT * priced_s * pace)
 
 
-def test_the_ratio_is_the_mean_step_over_the_models_price() -> None:
+def engine_step_s(engine: ReplicaModel, share: Demand) -> float | None:
+    """The mean step of engines priced as `engine` at `share`: the step whose own
+    composition it is the price of (None where they cannot keep up)."""
+    step_s = engine.pricer.iteration_s(0, 0)
+    for _ in range(100):
+        price_s = engine.price_of_steps_s(share, step_s)
+        if price_s is None:
+            return None
+        if abs(price_s - step_s) <= 1e-9 * step_s:
+            return price_s
+        step_s = price_s
+    return step_s
+
+
+def interval(pace: float, pods: int = REPLICAS) -> Load:
+    """One interval of the level load on `pods` pods whose engines run every step `pace` times
+    the model's price: their mean step is the slowed model's own (a longer step batches more
+    decodes). Faster engines, which no model may price, are the model's step times `pace`."""
+    share = share_of(pods)
+    step_s = (
+        engine_step_s(MODEL.slowed(pace), share)
+        if pace >= 1.0
+        else (engine_step_s(MODEL, share) or 0.0) * pace
+    )
+    assert step_s
+    return Load(INTERVAL_S, PROMPT, 0.0, OUTPUT, 100.0, pods, OUTPUT, OUTPUT * step_s)
+
+
+def test_the_ratio_is_the_engines_slowdown() -> None:
     ratio = step_ratio(MODEL, interval(1.3), MIX)
     assert ratio is not None
-    assert abs(ratio - 1.3) < 1e-9
+    assert abs(ratio - 1.3) < 1e-4
+
+
+@given(st.floats(1.0, 3.0), st.floats(0.05, 1.0), st.integers(1, 16))
+def test_the_ratio_reads_the_slowdown_not_the_batch_it_brings(
+    pace: float, load: float, pods: int
+) -> None:
+    """Engines slower than priced batch more decodes per step, and a step of more decodes
+    costs more: the price of the model's own step would read the slowdown amplified (1.7 for
+    1.5 on a light load). Priced at the batch the measured step carries, it reads the
+    slowdown, wherever the slowed replica keeps up."""
+    share = share_of(pods, PROMPT * load, OUTPUT * load)
+    step_s = engine_step_s(MODEL.slowed(pace), share)
+    if step_s is None:
+        return
+    measured = Load(
+        INTERVAL_S, PROMPT * load, 0.0, OUTPUT * load, 100.0, pods, 1000.0, 1000.0 * step_s
+    )
+    ratio = step_ratio(MODEL, measured, MIX)
+    assert ratio is not None
+    assert abs(ratio - pace) < 1e-3 * pace
 
 
 def test_an_interval_with_too_few_gaps_or_pods_prices_nothing() -> None:
@@ -85,17 +141,24 @@ def test_the_slowness_is_the_median_at_least_one_and_needs_enough_samples(
         assert slowness == 1.0
 
 
-def run(pace: float, num_intervals: int) -> list[tuple[int, str]]:
-    """The loop on the level load, engines at `pace`, every replica it asks for Ready."""
+def loop(pace: float, num_intervals: int) -> tuple[list[tuple[int, str]], list[Action]]:
+    """The loop on the level load, engines at `pace`, every replica it asks for Ready: each
+    evaluation's (replicas, words), and every action."""
     state, replicas, out = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS, []
+    actions: list[Action] = []
     for index in range(num_intervals):
         at_s = INTERVAL_S * (index + 1)
         seen = replace(light_load(at_s, ready=replicas), load=interval(pace, replicas))
         current = Current(spec_replicas=replicas, ready_replicas=replicas)
-        state, decision, _ = step(state, seen, current, Now(at_s, f"t{index}"))
+        state, decision, done = step(state, seen, current, Now(at_s, f"t{index}"))
         replicas = decision.desired_replicas
         out.append((replicas, decision.reason))
-    return out
+        actions += done
+    return out, actions
+
+
+def run(pace: float, num_intervals: int) -> list[tuple[int, str]]:
+    return loop(pace, num_intervals)[0]
 
 
 def test_engines_slower_than_priced_get_the_fleet_their_measured_pace_needs() -> None:
@@ -147,3 +210,94 @@ def test_a_step_price_is_never_scaled_below_the_profiles() -> None:
     with pytest.raises(ValueError, match="only be scaled up"):
         ScaledPricer(MODEL.pricer, 0.9)
     assert MODEL.slowed(1.5).pricer.iteration_s(1, 1) == 1.5 * MODEL.pricer.iteration_s(1, 1)
+
+
+def ratios(pace: float, num: int) -> list[tuple[float, float]]:
+    return [(INTERVAL_S * i, pace) for i in range(num)]
+
+
+def test_the_pace_condition_is_unknown_until_measured_then_says_which_way() -> None:
+    unmeasured = engine_pace(MODEL, ratios(1.6, MIN_STEP_SAMPLES - 1), 500.0)
+    assert unmeasured.status is ConditionStatus.unknown
+    assert unmeasured.reason == "PaceNotMeasured"
+    for pace in (0.7, 1.0, 1.0 + PACE_TOLERANCE * 0.9):
+        assert engine_pace(MODEL, ratios(pace, 20), 500.0).status is ConditionStatus.true
+    slow = engine_pace(MODEL, ratios(1.6, 20), 500.0)
+    assert (slow.status, slow.reason) == (ConditionStatus.false, "SlowerThanProfile")
+    assert "1.6x the step model's price" in slow.message
+    assert "recalibrate" in slow.message
+
+
+def test_a_pace_that_makes_the_budget_break_the_itl_at_any_fleet_names_the_fix() -> None:
+    """One decode beside a whole 1,200-token chunk: 41 ms at the profile's price, 53 ms at
+    1.3x, over the 50 ms target however few requests each replica serves."""
+    model = replace(MODEL, token_budget=1200)
+    assert model.chunk_alone_step_s() < 0.05 < model.slowed(1.3).chunk_alone_step_s()
+    pace = engine_pace(model, ratios(1.3, 20), 500.0)
+    assert (pace.status, pace.reason) == (ConditionStatus.false, "BudgetBreaksItl")
+    assert "1200-token budget takes 53 ms, over the 50 ms P99 ITL target" in pace.message
+    assert "spec.batching.maxNumBatchedTokens" in pace.message
+    assert "--engine-slowdown 1.3" in pace.message
+    # A budget that breaks the ITL at the profile's own price is the tuning's to report
+    # (status.tuning), not news of the engines' pace.
+    assert engine_pace(MODEL, ratios(1.3, 20), 500.0).reason == "SlowerThanProfile"
+
+
+def pace_conditions(actions: list[Action]) -> list[tuple[str, str]]:
+    applied = [a.owned for a in actions if isinstance(a, ApplyStatus)]
+    return [
+        (c["status"], c["reason"])
+        for owned in applied
+        for c in owned.get("conditions", [])
+        if c["type"] == "PaceAsProfiled"
+    ]
+
+
+def test_the_status_says_the_engines_run_slower_and_warns_once() -> None:
+    _, slow = loop(1.6, 130)
+    seen = pace_conditions(slow)
+    assert seen[0] == ("Unknown", "PaceNotMeasured")
+    assert seen[-1] == ("False", "SlowerThanProfile")
+    warnings = [a.event for a in slow if isinstance(a, PostEvent) and a.event.warning]
+    assert [(w.reason, w.warning) for w in warnings] == [("SlowerThanProfile", True)]
+    # Every status the loop applied still carries the metrics condition beside it.
+    for action in slow:
+        if isinstance(action, ApplyStatus):
+            types = [c["type"] for c in action.owned["conditions"]]
+            assert types == ["MetricsAvailable", "PaceAsProfiled"]
+
+
+def test_engines_at_the_profiles_pace_say_so_and_warn_of_nothing() -> None:
+    _, priced = loop(1.0, 130)
+    assert pace_conditions(priced)[-1] == ("True", "AsProfiled")
+    assert not [a for a in priced if isinstance(a, PostEvent) and a.event.warning]
+
+
+def test_a_restarted_operator_keeps_the_engines_measured_pace() -> None:
+    """The pace is in the memory a restart restores (core.autoscale.memory), so the first
+    evaluation of a new process sizes the fleet at it; a memory without it (written before
+    it was kept) measures it afresh."""
+    state, replicas = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS
+    for index in range(40):
+        at_s = INTERVAL_S * (index + 1)
+        seen = replace(light_load(at_s, ready=replicas), load=interval(1.6, replicas))
+        current = Current(spec_replicas=replicas, ready_replicas=replicas)
+        state, decision, _ = step(state, seen, current, Now(at_s, wall(at_s)))
+        replicas = decision.desired_replicas
+    memory = snapshot(state, Now(200.0, wall(200.0)))
+    assert memory is not None
+    old = {k: v for k, v in memory.items() if k != "pace"}
+
+    def first_words(written: dict) -> str:
+        # The new process: its own clock from 0, 10 s of wall time later.
+        restored = restore(ServiceState(POLICY, interval_s=INTERVAL_S), written, Now(0, wall(210)))
+        seen = replace(light_load(5.0, ready=replicas), load=interval(1.6, replicas))
+        current = Current(spec_replicas=replicas, ready_replicas=replicas)
+        return step(restored, seen, current, Now(5.0, wall(215.0)))[1].reason
+
+    assert "at the engines' measured pace, 1.6x its price" in first_words(memory)
+    assert "measured pace" not in first_words(old)
+
+
+def wall(at_s: float) -> str:
+    return (EPOCH + timedelta(seconds=at_s)).isoformat().replace("+00:00", "Z")

@@ -36,6 +36,7 @@ def exported() -> OperatorMetrics:
         token_budget=2048,
     )
     metrics.record_replica_cost("ns", "svc", "H100-80GB", 2 * 6.16)
+    metrics.record_pace("ns", "svc", 1.3)
     metrics.reconcile_errors.labels("ns", "svc").inc()
     return metrics
 
@@ -75,3 +76,12 @@ def test_replica_cost_follows_the_sku_in_use():
     metrics.record_replica_cost("ns", "svc", "L4-24GB", None)  # SKU unknown: no series
     page = parse_metrics(generate_latest(metrics.registry).decode())
     assert not page.series("tokenpilot_replica_hourly_cost_dollars")
+
+
+def test_the_engines_pace_is_exported_once_measured():
+    metrics = exported()
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    assert [s.value for s in page.series("tokenpilot_engine_step_pace_ratio")] == [1.3]
+    metrics.record_pace("ns", "svc", None)  # a restarted autoscaler that has not measured yet
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    assert not page.series("tokenpilot_engine_step_pace_ratio")

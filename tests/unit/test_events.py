@@ -76,7 +76,7 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
         mode="steady",
         reason_code="WithinTargets",
         reason="queue 0.5 per replica",
-        condition=None,
+        conditions=(),
         now=T0,
     )
     assert first == {
@@ -96,7 +96,7 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
         mode="steady",
         reason_code="WithinTargets",
         reason="queue 0.7 per replica",
-        condition=None,
+        conditions=(),
         now=T1,
     )
     assert again["autoscaling"]["reason"] == "queue 0.7 per replica"
@@ -109,7 +109,7 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
             mode="steady",
             reason_code="WithinTargets",
             reason="queue 0.7 per replica",
-            condition=None,
+            conditions=(),
             now=T1,
         )
         == again
@@ -120,7 +120,7 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
         mode="scale-up",
         reason_code="QueueOverTarget",
         reason="queue 6 per replica",
-        condition=None,
+        conditions=(),
         now=T1,
     )
     assert moved["autoscaling"]["lastDecisionTime"] == T1

@@ -96,6 +96,14 @@ def test_strict_crossing_is_an_error(capsys: pytest.CaptureFixture[str]):
             ["--gpu", "L40S", "--model", "llama-3.1-70b"],
             ["131.4 GiB per GPU", "40.5 GiB", "tensorParallelSize"],
         ),
+        (
+            ["--gpu", "L40S", *BASE[1:], "--engine-slowdown", "0.8"],
+            ["--engine-slowdown 0.8: must be a factor from 1 to 4", "datasheet"],
+        ),
+        (
+            ["--gpu", "L40S", *BASE[1:], "--engine-slowdown", "inf"],
+            ["--engine-slowdown inf: must be a factor from 1 to 4"],
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(
@@ -149,3 +157,22 @@ def test_by_default_plan_prints_what_the_operator_would_choose(
         chosen.max_num_seqs,
     )
     assert printed["set_by"]["kind"] == chosen.set_by.kind.value
+
+
+def test_a_budget_planned_at_the_engines_measured_pace(capsys: pytest.CaptureFixture[str]):
+    """The fix the PaceAsProfiled condition names: on engines 1.3x slower than the L40S
+    profile the budget shrinks so the slowest step still fits the ITL; at 1.6x no budget does,
+    and the plan says what to change instead."""
+    budgets = {}
+    for factor in ("1", "1.3"):
+        code, out, _ = _plan(capsys, *BASE, "--gpu", "L40S", "--engine-slowdown", factor, "--json")
+        assert code == 0
+        plan = json.loads(out)
+        assert plan["engine_slowdown"] == float(factor)
+        assert plan["predicted_itl_p99_s"] <= 0.05
+        budgets[factor] = plan["token_budget"]
+    assert budgets["1.3"] < budgets["1"]
+    code, out, _ = _plan(capsys, *BASE, "--gpu", "L40S", "--engine-slowdown", "1.6")
+    assert code == 2
+    assert "every step priced 1.6x that" in out
+    assert "INFEASIBLE" in out and "choose a faster SKU" in out

@@ -39,6 +39,7 @@ from tokenpilot.core.steptime import step_time_model
 from tokenpilot.core.tuner import (
     ServiceLevel,
     WorkloadHints,
+    check_engine_slowdown,
     recommend,
     vllm_default_token_budget,
 )
@@ -249,12 +250,7 @@ def check_flags(args: argparse.Namespace) -> None:
     ]
     if args.synthetic is not None:
         above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
-    slowdown = args.engine_slowdown
-    if not (math.isfinite(slowdown) and 1.0 <= slowdown <= 4.0):
-        raise ValueError(
-            f"--engine-slowdown {slowdown:g}: must be a factor from 1 to 4 (1: the engines run "
-            "at the profile's price; faster engines could beat the GPU's datasheet)"
-        )
+    check_engine_slowdown(args.engine_slowdown, "--engine-slowdown")
     for flag, value, low in at_least:
         if value is not None and not (math.isfinite(value) and value >= low):
             raise ValueError(f"{flag} {value:g}: must be a finite number >= {low:g}")

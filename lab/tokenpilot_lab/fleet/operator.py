@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
+from tokenpilot.core.autoscale.loop import Current, Now, PostEvent, ServiceState, step
 from tokenpilot.core.autoscale.memory import restore, snapshot
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes
+from tokenpilot.core.events import ServiceEvent
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
 
@@ -44,6 +45,8 @@ class OperatorPolicy:
     restarts_at_s: tuple[float, ...] = ()
     restart_memory: RestartMemory = RestartMemory.shutdown
     interval_s: float = field(init=False)
+    # The Warning Events the operator would have posted, at their virtual seconds.
+    warnings: list[tuple[float, ServiceEvent]] = field(default_factory=list, init=False)
     _num_restarts: int = field(default=0, init=False)
     _written: dict[str, Any] | None = field(default=None, init=False)
     _written_at_s: float = field(default=float("-inf"), init=False)
@@ -61,11 +64,29 @@ class OperatorPolicy:
             num_pods_expected=view.num_ready,
         )
         current = Current(spec_replicas=view.spec_replicas, ready_replicas=view.num_ready)
-        self.state, decision, _ = step(self.state, scrapes, current, _now(view.now_s))
+        self.state, decision, actions = step(self.state, scrapes, current, _now(view.now_s))
+        for action in actions:
+            if isinstance(action, PostEvent) and action.event.warning:
+                self.warnings.append((view.now_s, action.event))
         periodic = self.restarts_at_s and self.restart_memory is RestartMemory.periodic
         if periodic and view.now_s >= self._written_at_s + MEMORY_EVERY_S:
             self._written, self._written_at_s = snapshot(self.state, _now(view.now_s)), view.now_s
         return ScaleChoice(decision.desired_replicas, decision.reason)
+
+    def notes(self) -> tuple[str, ...]:
+        """The Warning Events of the run in words: each reason's first, and how many."""
+        firsts: dict[str, tuple[float, ServiceEvent, int]] = {}
+        for at_s, event in self.warnings:
+            first = firsts.get(event.reason)
+            firsts[event.reason] = (
+                (at_s, event, 1) if first is None else (first[0], first[1], first[2] + 1)
+            )
+        return tuple(
+            f"Warning {event.reason} at {at_s:.0f} s"
+            + (f" (and {count - 1} more)" if count > 1 else "")
+            + f": {event.message}"
+            for at_s, event, count in firsts.values()
+        )
 
     def _restart(self, now_s: float) -> None:
         self._num_restarts += 1

@@ -86,6 +86,14 @@ class OperatorMetrics:
             SERVICE,
             registry=r,
         )
+        self.engine_step_pace = Gauge(
+            "tokenpilot_engine_step_pace_ratio",
+            "The engines' mean step over the step model's price of their load (the median of "
+            "the forecast's memory; above 1: slower than the GPU profile says); absent until "
+            "measured.",
+            SERVICE,
+            registry=r,
+        )
         self.replica_hourly_cost = Gauge(
             "tokenpilot_replica_hourly_cost_dollars",
             "One replica's hourly cost in USD: the GPU profile's hourly cost x GPUs per replica.",
@@ -147,6 +155,14 @@ class OperatorMetrics:
             else:
                 gauge.labels(namespace, name).set(value)
 
+    def record_pace(self, namespace: str, name: str, pace: float | None) -> None:
+        """The engines' measured pace (core.autoscale.correction.measured_pace); None removes
+        the series."""
+        if pace is None:
+            self._drop(self.engine_step_pace, namespace, name)
+        else:
+            self.engine_step_pace.labels(namespace, name).set(pace)
+
     def record_replica_cost(
         self, namespace: str, name: str, sku: str | None, usd_per_hour: float | None
     ) -> None:
@@ -168,6 +184,7 @@ class OperatorMetrics:
             self.slo_itl_p99_s,
             self.slo_ttft_p99_s,
             self.slo_attainment,
+            self.engine_step_pace,
             self.reconcile_errors,
         ):
             self._drop(gauge, namespace, name)

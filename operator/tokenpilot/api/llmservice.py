@@ -617,7 +617,10 @@ class ConditionStatus(StrEnum):
 class Condition(ApiModel):
     """A Kubernetes condition (metav1.Condition shape)."""
 
-    type: str = Field(min_length=1, description="Ready, Progressing, Degraded or Infeasible.")
+    type: str = Field(
+        min_length=1,
+        description="Ready, Progressing, Degraded, Infeasible, MetricsAvailable or PaceAsProfiled.",
+    )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(min_length=1, description="CamelCase reason.")
     message: str = Field("", description="What happened, for a person.")
@@ -717,7 +720,8 @@ class LLMServiceStatus(ApiModel):
     endpoint: str | None = Field(None, description="OpenAI base URL inside the cluster.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Progressing, Degraded, Infeasible.",
+        description="Ready, Progressing, Degraded, Infeasible (the reconciler's); "
+        "MetricsAvailable, PaceAsProfiled (the autoscaler's).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")

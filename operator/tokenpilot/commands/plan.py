@@ -31,7 +31,14 @@ from tokenpilot.api.units import GPU_MEMORY_UTILIZATION, ITL_P99, TTFT_P99
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import check_fraction, format_duration_s, parse_within
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
-from tokenpilot.core.tuner import Recommendation, ServiceLevel, WorkloadHints, recommend
+from tokenpilot.core.tuner import (
+    MAX_ENGINE_SLOWDOWN,
+    Recommendation,
+    ServiceLevel,
+    WorkloadHints,
+    check_engine_slowdown,
+    recommend,
+)
 
 EXIT_INFEASIBLE = 2
 
@@ -92,6 +99,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_BATCHING_PROFILE.value})",
     )
     parser.add_argument(
+        "--engine-slowdown",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="plan for engines whose steps take F times the profile's price, 1 to "
+        f"{MAX_ENGINE_SLOWDOWN:g}, as the PaceAsProfiled condition reports them (default 1)",
+    )
+    parser.add_argument(
         "--strict", action="store_true", help="treat SLOs that cannot both be met as an error"
     )
     parser.add_argument(
@@ -131,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
         )
+        slowdown = check_engine_slowdown(args.engine_slowdown, "--engine-slowdown")
         profile = chosen_profile(load_catalog(args.profiles_dir), args.gpu, args.gpu_profile)
-        rec = recommend(profile, shape, slo, hints)
+        rec = recommend(profile, shape, slo, hints, engine_slowdown=slowdown)
     # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
     except (TokenPilotError, UnknownModelPreset) as exc:
         if args.json:
@@ -141,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INFEASIBLE
     model_name = args.model or str(args.shape)
     if args.json:
-        print(json.dumps(_as_json(rec, model_name), indent=2))
+        print(json.dumps(_as_json(rec, model_name, slowdown), indent=2))
     else:
         print(_as_table(rec, model_name, slo))
     return 0 if rec.decision.feasible else EXIT_INFEASIBLE
@@ -187,12 +203,13 @@ def _bound(bound: Bound | None) -> dict[str, Any] | None:
     return {"kind": bound.kind.value, "tokens": bound.tokens, "words": bound.words}
 
 
-def _as_json(rec: Recommendation, model: str) -> dict[str, Any]:
+def _as_json(rec: Recommendation, model: str, engine_slowdown: float) -> dict[str, Any]:
     cap, decision = rec.capacity, rec.decision
     return {
         "gpu": rec.gpu,
         "model": model,
         "measured": rec.measured,
+        "engine_slowdown": engine_slowdown,
         "profile": rec.objective.value,
         "token_budget": decision.token_budget,
         "max_num_seqs": decision.max_num_seqs,

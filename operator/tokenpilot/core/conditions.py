@@ -17,11 +17,14 @@ DEGRADED = "Degraded"
 INFEASIBLE = "Infeasible"
 # Set by the autoscaler: whether its last evaluation could read the service's metrics.
 METRICS_AVAILABLE = "MetricsAvailable"
-# The reconciler's; the autoscaler writes MetricsAvailable. Each writer applies only its own
-# types (see adapters/kube/status.py).
+# Set by the autoscaler: whether the engines' steps take what the GPU profile prices them at
+# (core.autoscale.correction.engine_pace).
+PACE_AS_PROFILED = "PaceAsProfiled"
+# The reconciler's; the autoscaler writes MetricsAvailable and PaceAsProfiled. Each writer
+# applies only its own types (see adapters/kube/status.py).
 RECONCILER_TYPES = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
 # Conditions are listed in this order, then any others by type, so output is stable.
-ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE)
+ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE, PACE_AS_PROFILED)
 
 
 def find(conditions: Sequence[Condition], type_: str) -> Condition | None:

@@ -306,15 +306,16 @@ def autoscaler_status(
     mode: str,
     reason_code: str,
     reason: str,
-    condition: Condition | None,
+    conditions: Sequence[Condition],
     now: str,
 ) -> dict[str, Any]:
     """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
     last. status.autoscaling always carries the latest evaluation's words (a reader must never
     see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
-    reason code) last changed. The MetricsAvailable condition is the last one when none is
-    given. The caller writes only when the JSON differs from what it applied, as the HPA
-    controller updates its status at each sync whose metrics changed.
+    reason code) last changed. The autoscaler's conditions (MetricsAvailable, PaceAsProfiled)
+    are the last ones applied when none are given. The caller writes only when the JSON
+    differs from what it applied, as the HPA controller updates its status at each sync whose
+    metrics changed.
     """
     previous = applied or {}
     before = previous.get("autoscaling") or {}
@@ -328,9 +329,11 @@ def autoscaler_status(
         last_decision_time=before["lastDecisionTime"] if same else now,
     )
     owned: dict[str, Any] = {"autoscaling": autoscaling.model_dump(by_alias=True, mode="json")}
-    if condition is not None:
-        owned["conditions"] = [condition.model_dump(by_alias=True, mode="json", exclude_none=True)]
+    if conditions:
+        owned["conditions"] = [
+            c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+        ]
     elif "conditions" in previous:
-        # A field left out of an apply is removed: keep the condition applied before.
+        # A field left out of an apply is removed: keep the conditions applied before.
         owned["conditions"] = previous["conditions"]
     return owned

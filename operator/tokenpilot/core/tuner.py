@@ -35,7 +35,7 @@ lie in [max_num_seqs, max_model_len x max_num_seqs]. The step model is used only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,7 +56,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.roofline import PrefillChunk, StepPricer
+from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
 from tokenpilot.core.steptime import step_time_model
 
 # The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
@@ -70,6 +70,9 @@ HIDDEN_PREFILL_TOLERANCE = 0.05
 DEFAULT_OUTPUT_TOKENS = 512
 DEFAULT_PROMPT_TOKENS = 1536
 FIX = "choose a faster SKU, relax an SLO, or split prefill and decode"
+# The largest engine slowdown a plan or a simulation accepts: past it the profile describes
+# some other GPU, and a calibration, not a factor, is the answer.
+MAX_ENGINE_SLOWDOWN = 4.0
 
 
 class StepModel(StepPricer, Protocol):
@@ -82,6 +85,38 @@ class StepModel(StepPricer, Protocol):
     def measured(self) -> bool: ...
 
     def describe(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AtMeasuredPace:
+    """`model` on engines measured slower than it prices their steps (the autoscaler's
+    PaceAsProfiled condition): `pace` is its price times that factor, never less
+    (core.roofline.ScaledPricer refuses a factor under 1)."""
+
+    model: StepModel
+    pace: ScaledPricer
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float:
+        return self.pace.iteration_s(num_decodes, decode_context_tokens, prefill_chunks)
+
+    @property
+    def threshold_tokens(self) -> int:
+        return self.model.threshold_tokens
+
+    @property
+    def measured(self) -> bool:
+        return self.model.measured
+
+    def describe(self) -> str:
+        return (
+            f"{self.model.describe()}; every step priced {self.pace.factor:g}x that, the pace "
+            "the engines were measured at"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +243,16 @@ def vllm_default_token_budget(profile: GPUProfile) -> int:
 
 
 def recommend(
-    profile: GPUProfile, shape: ModelShape, slo: ServiceLevel, hints: WorkloadHints
+    profile: GPUProfile,
+    shape: ModelShape,
+    slo: ServiceLevel,
+    hints: WorkloadHints,
+    *,
+    engine_slowdown: float = 1.0,
 ) -> Recommendation:
-    """The budget and max_num_seqs for `shape` on `profile` under `slo`; see the module doc."""
+    """The budget and max_num_seqs for `shape` on `profile` under `slo`; see the module doc.
+    `engine_slowdown`: plan for engines measured that many times slower than the profile
+    prices them (at least 1)."""
     check_inputs(slo, hints)
     prompt = hints.prompt_p99_tokens
     context = hints.expected_context_tokens or min(
@@ -225,6 +267,8 @@ def recommend(
         context,
     )
     model: StepModel = step_time_model(profile, shape, hints.tensor_parallel_size)
+    if engine_slowdown != 1.0:
+        model = AtMeasuredPace(model, ScaledPricer(model, engine_slowdown))
     prices = StepPrices(model, context, prompt or DEFAULT_PROMPT_TOKENS)
     # Without an ITL target nothing bounds a step but the threshold.
     step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
@@ -570,6 +614,18 @@ def judge(
     if slo.strict:
         raise Infeasible(message)
     return message
+
+
+def check_engine_slowdown(factor: float, flag: str) -> float:
+    """`factor` when it is one the step model can be slowed by (1 to `MAX_ENGINE_SLOWDOWN`),
+    else InvalidSpec naming `flag`: a factor under 1 would price steps faster than the GPU's
+    datasheet allows."""
+    if not (math.isfinite(factor) and 1.0 <= factor <= MAX_ENGINE_SLOWDOWN):
+        raise InvalidSpec(
+            f"{flag} {factor:g}: must be a factor from 1 to {MAX_ENGINE_SLOWDOWN:g} (1: the "
+            "engines run at the profile's price; faster engines could beat the GPU's datasheet)"
+        )
+    return factor
 
 
 def check_inputs(slo: ServiceLevel, hints: WorkloadHints) -> None:

@@ -60,6 +60,7 @@ from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy, Decision
 from tokenpilot.core.autoscale.capacity import ReplicaModel
+from tokenpilot.core.autoscale.correction import measured_pace
 from tokenpilot.core.autoscale.loop import (
     Action,
     ApplyStatus,
@@ -288,6 +289,8 @@ class ServiceLoop:
             token_budget=None if tuning is None else tuning.max_num_batched_tokens,
         )
         metrics.record_replica_cost(self.namespace, self.name, *self._replica_cost(service))
+        ratios = () if self.state is None else self.state.step_ratios
+        metrics.record_pace(self.namespace, self.name, measured_pace(ratios))
 
     def _replica_cost(self, service: LLMService) -> tuple[str | None, float | None]:
         """The SKU in use and one replica's hourly cost in USD, when both are known."""

@@ -134,38 +134,43 @@ class ReplicaModel:
             return Verdict(False, t, n, rho, f"prefill {rho:.0%} busy")
         return Verdict(True, t, n, rho)
 
-    def mean_decode_step_s(self, demand: Demand) -> float | None:
-        """The mean step a decode meets at `demand` (already one replica's share), as vLLM's
-        scheduler runs it; None where the replica cannot keep up.
+    def price_of_steps_s(self, demand: Demand, step_s: float) -> float | None:
+        """The model's price of the mean step a replica ran at `demand` (already its share)
+        where its steps were measured to last `step_s`, as vLLM's scheduler runs them.
 
         vLLM fills a step's budget with prompt tokens whenever a prompt is waiting, so a
         replica runs two kinds of step: the decodes beside a whole chunk, and the decodes
-        alone. A share `f` of steps carries a chunk of `room = budget − n` tokens, so the
-        prompt tokens per step are `f × room = P × t`, with `t = f t_chunk + (1 − f) t_alone`
-        and `n = D × t`, solved by fixed-point iteration. Every decode meets every step, so
-        `t` is also the decodes' mean gap: what the ITL histogram's sum over its count
-        measures. (Pricing the mean composition instead, one step of `P t` prompt tokens,
-        reads up to 18 % short where the step's price bends at the ridge: a step under it
-        costs the weight read, a whole chunk over it its arithmetic.)
-        """
+        alone. Steps of `step_s` carry `n = D × step_s` decodes, and a share `f` of them a
+        chunk of `room = budget − n` tokens, with `f × room = P × step_s`; each kind is priced
+        once. Every decode meets every step, so the mean step is also the decodes' mean gap:
+        what the ITL histogram's sum over its count measures. (Pricing the mean composition
+        instead, one step of `P t` prompt tokens, reads up to 18 % short where the step's price
+        bends at the ridge: a step under it costs the weight read, a whole chunk over it its
+        arithmetic.)
+
+        The composition is the measured step's, not the model's own steady step: engines
+        slower than priced batch more decodes per step, and a step of more decodes costs more,
+        so the measured step over this price is the slowdown itself, not the slowdown
+        amplified by the batch it brings (1.7 read for 1.5 on a light load). None where steps
+        of `step_s` could not have carried `demand`: more decodes than max_num_seqs, or more
+        prompt tokens than the budget leaves them."""
+        return self._mean_step_s(demand, step_s)
+
+    def _mean_step_s(self, demand: Demand, step_s: float) -> float | None:
+        """The mean of the two kinds of step that steps of `step_s` carrying `demand` run;
+        None where they cannot carry it."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
         context, chunk_context = _contexts(demand)
-        t = self.pricer.iteration_s(0, 0)
-        for _ in range(_MAX_ITERATIONS):
-            n = math.ceil(d * t)
-            room = self.token_budget - n
-            share = p * t / room if room > 0 else math.inf
-            if share > 1.0 or n > self.max_num_seqs:
-                return None
-            alone_s = self.pricer.iteration_s(n, math.ceil(n * context))
-            chunk_s = self.pricer.iteration_s(
-                n, math.ceil(n * context), (PrefillChunk(room, chunk_context),)
-            )
-            nxt = share * chunk_s + (1.0 - share) * alone_s
-            if abs(nxt - t) <= 1e-6 * t:
-                return nxt
-            t = nxt
-        return t
+        n = math.ceil(d * step_s)
+        room = self.token_budget - n
+        share = p * step_s / room if room > 0 else math.inf
+        if share > 1.0 or n > self.max_num_seqs:
+            return None
+        alone_s = self.pricer.iteration_s(n, math.ceil(n * context))
+        chunk_s = self.pricer.iteration_s(
+            n, math.ceil(n * context), (PrefillChunk(room, chunk_context),)
+        )
+        return share * chunk_s + (1.0 - share) * alone_s
 
     def _steady_step(self, demand: Demand) -> tuple[float, bool]:
         """The fixed point t = iteration_s(D t decodes, a chunk of P t tokens), and whether it
@@ -188,10 +193,14 @@ class ReplicaModel:
             t = nxt
         return t, True
 
+    def chunk_alone_step_s(self) -> float:
+        """The shortest step that carries a whole chunk: one decode beside the rest of the
+        budget. Every decode meets it while a prompt is prefilled, at any fleet size."""
+        return self.pricer.iteration_s(1, 1, (PrefillChunk(self.token_budget - 1, 0),))
+
     def _chunk_alone_breaks_itl(self) -> bool:
         assert self.itl_slo_s is not None
-        step_s = self.pricer.iteration_s(1, 1, (PrefillChunk(self.token_budget - 1, 0),))
-        return step_s > self.itl_slo_s
+        return self.chunk_alone_step_s() > self.itl_slo_s
 
     def _rho_max(self, full_s: float, room: int, demand: Demand) -> float:
         if self.ttft_slo_s is None:

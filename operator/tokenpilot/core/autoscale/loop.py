@@ -13,7 +13,8 @@ object's generation and conditions), `now` the clock's two readings. `step` retu
 state, the decision, and the actions to carry out, in order:
 
     ScaleTo       write spec.replicas through the scale subresource
-    PostEvent     post the Event (replicas moved, or newly blind in a way the user can fix)
+    PostEvent     post the Event (replicas moved, newly blind in a way the user can fix, or
+                  the engines newly found slower than their profile)
     ApplyStatus   apply what the autoscaler owns in status (only when it changed)
 
 The operator's handler reads, calls `step`, and carries the actions out through the kube
@@ -27,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tokenpilot.api.llmservice import Condition
+from tokenpilot.api.llmservice import Condition, ConditionStatus
+from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.algorithm import decide
-from tokenpilot.core.autoscale.correction import engine_slowness, step_ratio
+from tokenpilot.core.autoscale.correction import engine_pace, engine_slowness, step_ratio
 from tokenpilot.core.autoscale.decision import Decision, Mode
 from tokenpilot.core.autoscale.demand import (
     Forecast,
@@ -195,20 +197,38 @@ def step(
     event = scale_event(current.spec_replicas, decision, previous.get("reasonCode"))
     if event is not None:
         actions.append(PostEvent(event))
-    condition = metrics_condition(
-        _applied_conditions(state.applied) or current.conditions,
-        decision,
-        problems=observation.problems,
-        generation=current.generation,
-        now=now.wall,
-    )
+    known = _applied_conditions(state.applied) or current.conditions
+    conditions = [
+        metrics_condition(
+            known,
+            decision,
+            problems=observation.problems,
+            generation=current.generation,
+            now=now.wall,
+        )
+    ]
+    if model is not None:
+        pace = engine_pace(model, ratios, memory_of(state))
+        before = cond.find(known, cond.PACE_AS_PROFILED)
+        conditions += cond.set_condition(
+            [] if before is None else [before],
+            type_=cond.PACE_AS_PROFILED,
+            status=pace.status,
+            reason=pace.reason,
+            message=pace.message,
+            observed_generation=current.generation,
+            now=now.wall,
+        )
+        news = before is None or before.reason != pace.reason
+        if news and pace.status is ConditionStatus.false:
+            actions.append(PostEvent(ServiceEvent(pace.reason, pace.message, warning=True)))
     owned = autoscaler_status(
         state.applied,
         desired_replicas=decision.desired_replicas,
         mode=decision.mode.value,
         reason_code=decision.reason_code.value,
         reason=decision.reason,
-        condition=condition,
+        conditions=conditions,
         now=now.wall,
     )
     applied = state.applied
@@ -266,7 +286,7 @@ def unusable_spec(
         mode=Mode.hold.value,
         reason_code="InvalidSpec",
         reason=f"autoscaling spec unusable: {words}",
-        condition=None,
+        conditions=(),
         now=now.wall,
     )
     if owned == state.applied:

@@ -1,4 +1,5 @@
-"""What of a service's autoscaler outlives the process: the forecast's load and the records.
+"""What of a service's autoscaler outlives the process: the forecast's load, the records and
+the engines' measured pace.
 
 A `ServiceState` lives in the operator's memory. A restart, an upgrade's rolling update or a
 standby's takeover would start every service's forecast afresh: the busy intervals of the last
@@ -7,12 +8,13 @@ records earned (measured in docs/autoscaling.md, *Restarts*). So the operator wr
 service's `snapshot` now and then, and a new process `restore`s it before its first
 evaluation.
 
-Only the measured load is kept: each interval's counted load and each jump over the forecast
-in force. Everything else is rebuilt at once (the forecast from the points) or within a window
-(the P99 rings, 30 s; the decision's history). Times are kept as ages before the snapshot's
-wall-clock time, since monotonic clocks do not cross processes; the gap until the restore is
-read off the wall clock (nodes' clocks may differ; a skew under `UNWATCHED_FORGIVEN_S` moves
-nothing).
+Only what was measured is kept: each interval's counted load, each jump over the forecast in
+force, and each interval's measured step over the model's price (core.autoscale.correction; a
+memory written before it was kept has none, and the pace is measured afresh). Everything else
+is rebuilt at once (the forecast from the points) or within a window (the P99 rings, 30 s; the
+decision's history). Times are kept as ages before the snapshot's wall-clock time, since
+monotonic clocks do not cross processes; the gap until the restore is read off the wall clock
+(nodes' clocks may differ; a skew under `UNWATCHED_FORGIVEN_S` moves nothing).
 
 The records keep every jump over its forecast as it came; the jumps at or under it count only
 as weight under the quantile (`demand.record_jump` reads at least 1.0), so those of each
@@ -44,6 +46,7 @@ UNWATCHED_FORGIVEN_S = 120.0
 UNDER_FORECAST_BUCKET_S = 60.0
 _LOAD_FIELDS = ("age_s", "interval_s", "prompt_tokens", "output_tokens", "requests", "waiting")
 _JUMP_FIELDS = ("age_s", "ratio", "requests")
+_PACE_FIELDS = ("age_s", "ratio")
 
 
 class InvalidMemory(ValueError):
@@ -69,7 +72,8 @@ def snapshot(state: ServiceState, now: Now) -> dict[str, Any] | None:
         [_age(now.monotonic_s, j.at_s), _figure(j.ratio), _figure(j.requests)]
         for j in _compact(state.jumps)
     ]
-    return {"schema": SCHEMA, "writtenAt": now.wall, "load": load, "jumps": jumps}
+    pace = [[_age(now.monotonic_s, at_s), _figure(ratio)] for at_s, ratio in state.step_ratios]
+    return {"schema": SCHEMA, "writtenAt": now.wall, "load": load, "jumps": jumps, "pace": pace}
 
 
 def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> ServiceState:
@@ -98,16 +102,24 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
         for age_s, ratio, requests in _rows(memory, "jumps", _JUMP_FIELDS)
         if aged_s + age_s < MAX_MEMORY_S
     ]
+    # The ratios outlive the memory's load by nothing: `step` drops them with it.
+    pace = [
+        (now.monotonic_s - aged_s - age_s, ratio)
+        for age_s, ratio in _rows(memory, "pace", _PACE_FIELDS)
+        if aged_s + age_s < MAX_MEMORY_S
+    ]
     for at, p in enumerate(load):
         if p.interval_s <= 0:
             raise InvalidMemory(f"load[{at}].interval_s: must be over 0, found {p.interval_s}")
     load.sort(key=lambda p: p.at_s)
     jumps.sort(key=lambda j: j.at_s)
+    pace.sort()
     whole = gap_s <= TAKEOVER_S + 2 * state.interval_s
     restored = replace(
         state,
         load=tuple(load),
         jumps=tuple(jumps),
+        step_ratios=tuple(pace),
         restored_at_s=now.monotonic_s,
         jumps_resume_at_s=None if whole else now.monotonic_s + memory_of(state),
     )

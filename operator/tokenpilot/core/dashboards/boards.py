@@ -13,6 +13,7 @@ from tokenpilot.core.dashboards.rules import (
     BY_SERVICE,
     ITL,
     ON_SERVICE,
+    PACE,
     SLIS,
     TTFT,
     burn_rate_series,
@@ -284,6 +285,15 @@ def operator() -> Json:
                 Target(_by_service("tokenpilot_desired_replicas"), f"{SERVICE_LEGEND} desired"),
                 Target(_by_service("tokenpilot_max_replicas"), f"{SERVICE_LEGEND} max"),
             ),
+        ),
+        Panel(
+            title="Engine step pace against the GPU profile",
+            description=(
+                "The engines' mean step over the step model's price of their load: 1 is the"
+                " profile's pace; above 1.1 the autoscaler sizes the fleet at the measured pace"
+                " and, after 30 minutes, TokenPilotEnginesSlowerThanProfile fires."
+            ),
+            targets=(Target(_by_service(PACE), SERVICE_LEGEND),),
         ),
     ]
     return dashboard(

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokenpilot.core import vllm_metrics
+from tokenpilot.core.autoscale.correction import PACE_TOLERANCE
 from tokenpilot.core.dashboards.slo import (
     BASE_WINDOW,
     BURN_ALERTS,
@@ -55,6 +56,8 @@ TTFT = Sli(
 SLIS: tuple[Sli, ...] = (ITL, TTFT)
 
 ATTAINMENT_TARGET = "tokenpilot_slo_attainment_target"
+# The engines' measured step over the step model's price (core.autoscale.correction).
+PACE = "tokenpilot_engine_step_pace_ratio"
 # Repo-relative: the alert text points at the section of the docs that says what to do.
 RUNBOOK = "docs/observability.md"
 
@@ -210,6 +213,27 @@ def _operator_alerts() -> list[Rule]:
                     " Raise spec.autoscaling.maxReplicas or check GPU quota."
                 ),
                 "runbook": f"{RUNBOOK}#autoscaler-at-max",
+            },
+        },
+        {
+            "alert": "TokenPilotEnginesSlowerThanProfile",
+            "expr": f"{per_service(PACE)} > {1.0 + PACE_TOLERANCE:g}",
+            "for": "30m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": (
+                    "{{ $labels.namespace }}/{{ $labels.llmservice }}'s engines run"
+                    ' {{ $value | printf "%.2f" }}x slower than their GPU profile says'
+                ),
+                "description": (
+                    "For 30 minutes the engines' steps took longer than the step model prices"
+                    " them: the autoscaler buys the replicas that pace needs, and a token budget"
+                    " tuned on the profile may break the ITL target. `kubectl describe llms"
+                    " {{ $labels.llmservice }} -n {{ $labels.namespace }}` shows the"
+                    " PaceAsProfiled condition with the fix: recalibrate the GPU, or plan the"
+                    " budget at this pace."
+                ),
+                "runbook": f"{RUNBOOK}#engines-slower-than-profile",
             },
         },
         {
