@@ -111,4 +111,4 @@ def test_the_demo_service_is_a_valid_llmservice_with_a_short_scale_down_window()
     assert policy.scale_down_stabilization_s == settings.scale_down_stabilization_s
     assert policy.itl_p99_slo_s == settings.itl_p99_slo_s
     assert (policy.min_replicas, policy.max_replicas) == (1, 4)
-    assert service.spec.engine.extra_args == ["--time-scale", "0.1"]
+    assert service.spec.engine.extra_args == ["--time-scale", "0.1", "--rates-in-engine-time"]

@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         log.warning("ignoring flags the engine simulator does not know: %s", " ".join(opts.ignored))
     log.info("engine-sim %s", description)
     served = ServedModel(opts.served_model_names, opts.model, opts.max_model_len)
-    server = EngineSimServer(config, timer, served, opts.time_scale)
+    server = EngineSimServer(
+        config, timer, served, opts.time_scale, rates_in_engine_time=opts.rates_in_engine_time
+    )
     server.metrics.set_cache_config(
         {
             "block_size": str(config.block_size),

@@ -18,6 +18,7 @@ from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.pods import ready_engine_pods
 from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget
 from tokenpilot.core.autoscale.window import Ring, observe_scrapes
+from tokenpilot.core.conditions import PACE_AS_PROFILED
 from tokenpilot_lab.demo.settings import NAMESPACE, SERVICE
 from tokenpilot_lab.demo.stack import read_service
 from tokenpilot_lab.loadgen import Balancer
@@ -40,6 +41,8 @@ class Sample:
     mode: str
     reason: str
     num_endpoints: int
+    # The autoscaler's PaceAsProfiled condition as "status reason" ("" before it is written).
+    pace: str = ""
 
 
 class Observer:
@@ -88,6 +91,14 @@ class Observer:
             mode=str(decision.get("mode", "-")),
             reason=str(decision.get("reason", "")),
             num_endpoints=len(bases),
+            pace=next(
+                (
+                    f"{c.get('status')} {c.get('reason')}"
+                    for c in status.get("conditions") or []
+                    if c.get("type") == PACE_AS_PROFILED
+                ),
+                "",
+            ),
         )
 
     async def aclose(self) -> None:

@@ -8,7 +8,9 @@ Why these figures:
   streamed token costs the client and the simulator ten times less CPU; a laptop with two
   cores can then carry four replicas' worth of tokens. Latencies the engines report (and the
   autoscaler reads) are engine seconds; the demo's client-side figures are converted to engine
-  seconds too, so everything compares against the SLO as on a real GPU.
+  seconds too, so everything compares against the SLO as on a real GPU. `--rates-in-engine-time`
+  makes the engines' counts agree: their rates are an H100's per engine second, so the
+  autoscaler's capacity model reads the load its latencies describe.
 - `maxNumSeqs: 16`: one replica then serves about two requests a second (wall clock) of 2,048
   prompt and 64 output tokens, so a burst of six a second overloads it for real: requests
   queue in the engine, and only more replicas drain the queue. The token budget is left to the
@@ -95,7 +97,11 @@ def service_manifest(settings: DemoSettings) -> dict[str, Any]:
             "engine": {
                 "image": "vllm/vllm-openai:v0.10.1.1",
                 "maxModelLen": 8192,
-                "extraArgs": ["--time-scale", f"{settings.time_scale:g}"],
+                "extraArgs": [
+                    "--time-scale",
+                    f"{settings.time_scale:g}",
+                    "--rates-in-engine-time",
+                ],
             },
             "accelerator": {"sku": "auto"},
             "batching": {

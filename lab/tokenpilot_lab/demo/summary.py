@@ -156,4 +156,6 @@ def report(
         "requestErrors": len(errors),
         "elapsedS": round(elapsed_s, 1),
         "png": png,
+        # Whether the engines ran at the pace their GPU profile prices (the last reading).
+        "enginePace": next((s.pace for s in reversed(samples) if s.pace), None),
     }

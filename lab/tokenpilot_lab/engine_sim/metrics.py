@@ -2,12 +2,21 @@
 
 The families come from `tokenpilot.core.vllm_metrics`, so names, types, labels and bucket edges
 are the table's. Times observed are engine (virtual) seconds: under `--time-scale` the
-histograms show what the modelled GPU would show.
+histograms show what the modelled GPU would show. With `--rates-in-engine-time` the rates agree
+with them too: every count (counters, and each histogram's buckets, count and sum) is exported
+times 1 / time-scale, so a rate over wall-clock seconds is the modelled GPU's rate per engine
+second. A reader that relates the two (the autoscaler's capacity model and its measured pace)
+needs it: without it, at a time-scale of 0.1 it sees H100 latencies at a tenth of an H100's
+throughput, which it reads as engines slower than their profile. Off by default, so that a
+test running faster than real time reads the counts it served.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from tokenpilot.core import vllm_metrics as vm
 from tokenpilot_lab.sim import RequestStats, StepResult
@@ -18,8 +27,13 @@ _ENGINE_INDEX = "0"
 class EngineMetrics:
     """One registry per server, labelled with the served model name and engine 0."""
 
-    def __init__(self, model_name: str, max_model_len: int) -> None:
+    def __init__(self, model_name: str, max_model_len: int, rates_time_scale: float = 1.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._exported = (
+            self.registry
+            if rates_time_scale == 1.0
+            else _EngineTimeRates(self.registry, rates_time_scale)
+        )
         self.model_name = model_name
         counters: dict[str, Counter] = {}
         gauges: dict[str, Gauge] = {}
@@ -172,4 +186,25 @@ class EngineMetrics:
         self.kv_usage.set(kv_cache_usage)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exported)
+
+
+# The samples of a counter or a histogram that count (the _created timestamps do not).
+_COUNTING = ("_total", "_bucket", "_count", "_sum")
+
+
+class _EngineTimeRates:
+    """`registry` with every count times 1 / `time_scale` (see the module docstring)."""
+
+    def __init__(self, registry: CollectorRegistry, time_scale: float) -> None:
+        self.registry = registry
+        self.factor = 1.0 / time_scale
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if family.type in ("counter", "histogram"):
+                family.samples = [
+                    s._replace(value=s.value * self.factor) if s.name.endswith(_COUNTING) else s
+                    for s in family.samples
+                ]
+            yield family

@@ -1,5 +1,6 @@
 """The flags `tokenpilot engine-sim` accepts: those of `vllm serve` a renderer emits, plus the
-simulator's own (`--gpu` or `--gpu-profile`, `--model-shape`, `--time-scale`, `--num-kv-blocks`).
+simulator's own (`--gpu` or `--gpu-profile`, `--model-shape`, `--time-scale`,
+`--rates-in-engine-time`, `--num-kv-blocks`).
 
 vLLM spells flags with dashes or underscores and takes `--flag value` or `--flag=value`; so do
 we. A flag vLLM has but the simulator does not model is accepted and ignored; a flag nobody
@@ -76,6 +77,7 @@ class EngineSimOptions:
     model_shape: str
     time_scale: float
     num_kv_blocks: int | None
+    rates_in_engine_time: bool
     ignored: tuple[str, ...]
 
 
@@ -113,6 +115,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-shape", default="llama-3.1-8b", help="model shape preset")
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="run this many times faster than real time"
+    )
+    parser.add_argument(
+        "--rates-in-engine-time",
+        action="store_true",
+        help="export every count times 1/--time-scale, so rates over wall-clock time are the "
+        "modelled GPU's per engine second, as the latencies are (for an autoscaler that relates "
+        "the two)",
     )
     parser.add_argument(
         "--num-kv-blocks", type=int, default=None, help="KV blocks (default: capacity planner)"
@@ -176,6 +185,7 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         model_shape=args.model_shape,
         time_scale=args.time_scale,
         num_kv_blocks=args.num_kv_blocks,
+        rates_in_engine_time=args.rates_in_engine_time,
         ignored=tuple(unknown),
     )
 

@@ -79,10 +79,18 @@ class EngineSimServer:
     """The aiohttp application around one engine driver."""
 
     def __init__(
-        self, config: EngineConfig, timer: StepTimer, served: ServedModel, time_scale: float
+        self,
+        config: EngineConfig,
+        timer: StepTimer,
+        served: ServedModel,
+        time_scale: float,
+        *,
+        rates_in_engine_time: bool = False,
     ) -> None:
         self.served = served
-        self.metrics = EngineMetrics(served.names[0], config.max_model_len)
+        self.metrics = EngineMetrics(
+            served.names[0], config.max_model_len, time_scale if rates_in_engine_time else 1.0
+        )
         self.driver = EngineDriver(Engine(config, timer), self.metrics, ScaledClock(time_scale))
         self._ids = itertools.count()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
