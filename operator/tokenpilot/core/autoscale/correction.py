@@ -115,8 +115,8 @@ def engine_pace(
         return EnginePace(
             ConditionStatus.unknown,
             "PaceNotMeasured",
-            f"{len(ratios)} of the {MIN_STEP_SAMPLES} intervals with {MIN_ITL_GAPS} token gaps "
-            f"needed to measure the engines' step in the last {memory_s:.0f} s; the step model "
+            f"fewer than {MIN_STEP_SAMPLES} intervals of the last {memory_s:.0f} s had the "
+            f"{MIN_ITL_GAPS} token gaps it takes to measure the engines' step; the step model "
             "prices steps as the GPU profile does",
         )
     if slowness == 1.0:
