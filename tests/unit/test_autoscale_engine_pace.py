@@ -301,3 +301,21 @@ def test_a_restarted_operator_keeps_the_engines_measured_pace() -> None:
 
 def wall(at_s: float) -> str:
     return (EPOCH + timedelta(seconds=at_s)).isoformat().replace("+00:00", "Z")
+
+
+def test_a_memory_restored_after_its_forecast_has_aged_out_keeps_no_pace() -> None:
+    """The ratios describe the engines of the forecast's memory (500 s here): a memory
+    restored 20 minutes after it was written sizes at the profile's pace again until it has
+    measured afresh."""
+    state, replicas = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS
+    for index in range(40):
+        at_s = INTERVAL_S * (index + 1)
+        seen = replace(light_load(at_s, ready=replicas), load=interval(1.6, replicas))
+        current = Current(spec_replicas=replicas, ready_replicas=replicas)
+        state, decision, _ = step(state, seen, current, Now(at_s, wall(at_s)))
+        replicas = decision.desired_replicas
+    memory = snapshot(state, Now(200.0, wall(200.0)))
+    assert memory is not None
+    fresh = ServiceState(POLICY, interval_s=INTERVAL_S)
+    assert restore(fresh, memory, Now(0.0, wall(210.0))).step_ratios
+    assert not restore(fresh, memory, Now(0.0, wall(200.0 + 1200.0))).step_ratios

@@ -102,11 +102,11 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
         for age_s, ratio, requests in _rows(memory, "jumps", _JUMP_FIELDS)
         if aged_s + age_s < MAX_MEMORY_S
     ]
-    # The ratios outlive the memory's load by nothing: `step` drops them with it.
+    # The ratios live as long as the forecast's load, not the records' hour.
     pace = [
         (now.monotonic_s - aged_s - age_s, ratio)
         for age_s, ratio in _rows(memory, "pace", _PACE_FIELDS)
-        if aged_s + age_s < MAX_MEMORY_S
+        if aged_s + age_s < memory_of(state)
     ]
     for at, p in enumerate(load):
         if p.interval_s <= 0:
