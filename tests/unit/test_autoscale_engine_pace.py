@@ -8,7 +8,7 @@ prices the interval's load, the model prices every step that much longer
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -141,24 +141,34 @@ def test_the_slowness_is_the_median_at_least_one_and_needs_enough_samples(
         assert slowness == 1.0
 
 
-def loop(pace: float, num_intervals: int) -> tuple[list[tuple[int, str]], list[Action]]:
-    """The loop on the level load, engines at `pace`, every replica it asks for Ready: each
-    evaluation's (replicas, words), and every action."""
-    state, replicas, out = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS, []
-    actions: list[Action] = []
+@dataclass
+class Run:
+    """The loop on the level load with every replica it asks for Ready: each evaluation's
+    (replicas, words), every action, and where it ended."""
+
+    state: ServiceState
+    replicas: int
+    words: list[tuple[int, str]]
+    actions: list[Action]
+
+
+def loop(pace: float, num_intervals: int) -> Run:
+    """`num_intervals` evaluations of the level load on engines at `pace`."""
+    run_ = Run(ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS, [], [])
     for index in range(num_intervals):
         at_s = INTERVAL_S * (index + 1)
+        replicas = run_.replicas
         seen = replace(light_load(at_s, ready=replicas), load=interval(pace, replicas))
         current = Current(spec_replicas=replicas, ready_replicas=replicas)
-        state, decision, done = step(state, seen, current, Now(at_s, f"t{index}"))
-        replicas = decision.desired_replicas
-        out.append((replicas, decision.reason))
-        actions += done
-    return out, actions
+        run_.state, decision, done = step(run_.state, seen, current, Now(at_s, wall(at_s)))
+        run_.replicas = decision.desired_replicas
+        run_.words.append((run_.replicas, decision.reason))
+        run_.actions += done
+    return run_
 
 
 def run(pace: float, num_intervals: int) -> list[tuple[int, str]]:
-    return loop(pace, num_intervals)[0]
+    return loop(pace, num_intervals).words
 
 
 def test_engines_slower_than_priced_get_the_fleet_their_measured_pace_needs() -> None:
@@ -254,7 +264,7 @@ def pace_conditions(actions: list[Action]) -> list[tuple[str, str]]:
 
 
 def test_the_status_says_the_engines_run_slower_and_warns_once() -> None:
-    _, slow = loop(1.6, 130)
+    slow = loop(1.6, 130).actions
     seen = pace_conditions(slow)
     assert seen[0] == ("Unknown", "PaceNotMeasured")
     assert seen[-1] == ("False", "SlowerThanProfile")
@@ -268,7 +278,7 @@ def test_the_status_says_the_engines_run_slower_and_warns_once() -> None:
 
 
 def test_engines_at_the_profiles_pace_say_so_and_warn_of_nothing() -> None:
-    _, priced = loop(1.0, 130)
+    priced = loop(1.0, 130).actions
     assert pace_conditions(priced)[-1] == ("True", "AsProfiled")
     assert not [a for a in priced if isinstance(a, PostEvent) and a.event.warning]
 
@@ -277,14 +287,9 @@ def test_a_restarted_operator_keeps_the_engines_measured_pace() -> None:
     """The pace is in the memory a restart restores (core.autoscale.memory), so the first
     evaluation of a new process sizes the fleet at it; a memory without it (written before
     it was kept) measures it afresh."""
-    state, replicas = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS
-    for index in range(40):
-        at_s = INTERVAL_S * (index + 1)
-        seen = replace(light_load(at_s, ready=replicas), load=interval(1.6, replicas))
-        current = Current(spec_replicas=replicas, ready_replicas=replicas)
-        state, decision, _ = step(state, seen, current, Now(at_s, wall(at_s)))
-        replicas = decision.desired_replicas
-    memory = snapshot(state, Now(200.0, wall(200.0)))
+    slow = loop(1.6, 40)
+    replicas = slow.replicas
+    memory = snapshot(slow.state, Now(200.0, wall(200.0)))
     assert memory is not None
     old = {k: v for k, v in memory.items() if k != "pace"}
 
@@ -307,14 +312,7 @@ def test_a_memory_restored_after_its_forecast_has_aged_out_keeps_no_pace() -> No
     """The ratios describe the engines of the forecast's memory (500 s here): a memory
     restored 20 minutes after it was written sizes at the profile's pace again until it has
     measured afresh."""
-    state, replicas = ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS
-    for index in range(40):
-        at_s = INTERVAL_S * (index + 1)
-        seen = replace(light_load(at_s, ready=replicas), load=interval(1.6, replicas))
-        current = Current(spec_replicas=replicas, ready_replicas=replicas)
-        state, decision, _ = step(state, seen, current, Now(at_s, wall(at_s)))
-        replicas = decision.desired_replicas
-    memory = snapshot(state, Now(200.0, wall(200.0)))
+    memory = snapshot(loop(1.6, 40).state, Now(200.0, wall(200.0)))
     assert memory is not None
     fresh = ServiceState(POLICY, interval_s=INTERVAL_S)
     assert restore(fresh, memory, Now(0.0, wall(210.0))).step_ratios

@@ -291,9 +291,12 @@ def run_contenders(
         step: ProgressFn | None = None
         if progress is not None:
             step = _bind(progress, entry.name)
-        results.append(
-            simulate(trace, entry.make_policy(), entry.fleet, entry.engine_config, timer, step)
-        )
+        policy = entry.make_policy()
+        result = simulate(trace, policy, entry.fleet, entry.engine_config, timer, step)
+        if isinstance(policy, OperatorPolicy):
+            # What the operator would have warned of, under its row.
+            result = replace(result, notes=(*result.notes, *policy.notes()))
+        results.append(result)
     return results
 
 

@@ -9,6 +9,7 @@ applies the replicas it decides. The two policies differ only in the engines' to
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -75,17 +76,15 @@ class OperatorPolicy:
 
     def notes(self) -> tuple[str, ...]:
         """The Warning Events of the run in words: each reason's first, and how many."""
-        firsts: dict[str, tuple[float, ServiceEvent, int]] = {}
+        counts = Counter(event.reason for _, event in self.warnings)
+        firsts: dict[str, tuple[float, ServiceEvent]] = {}
         for at_s, event in self.warnings:
-            first = firsts.get(event.reason)
-            firsts[event.reason] = (
-                (at_s, event, 1) if first is None else (first[0], first[1], first[2] + 1)
-            )
+            firsts.setdefault(event.reason, (at_s, event))
         return tuple(
             f"Warning {event.reason} at {at_s:.0f} s"
-            + (f" (and {count - 1} more)" if count > 1 else "")
+            + (f" (and {counts[event.reason] - 1} more)" if counts[event.reason] > 1 else "")
             + f": {event.message}"
-            for at_s, event, count in firsts.values()
+            for at_s, event in firsts.values()
         )
 
     def _restart(self, now_s: float) -> None:

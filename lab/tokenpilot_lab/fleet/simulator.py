@@ -354,10 +354,6 @@ class FleetSimulation:
             notes.append(f"{self._num_rejected} request(s) rejected: longer than max_model_len")
         if self._pending:
             notes.append(f"{len(self._pending)} request(s) never reached a Ready replica")
-        # The operator's own policies say what they warned of (fleet.operator.OperatorPolicy).
-        policy_notes = getattr(self.policy, "notes", None)
-        if callable(policy_notes):
-            notes.extend(policy_notes())
         engines = [replica.engine for replica in self._replicas]
         return FleetResult(
             policy=self.policy.name,

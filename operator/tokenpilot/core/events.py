@@ -10,7 +10,8 @@ The reconciler's, from what one reconcile applied and how its status changed:
 Each comes from a change of status, never from a pass that changed nothing, so a crash loop
 that goes on for an hour is one Event, not one per resync.
 The autoscaler's, from one decision: its reason code when the replicas move, and a Warning
-when it goes blind (missing, stale or partial metrics) for a new reason.
+when it goes blind (missing, stale or partial metrics) for a new reason; and from what the
+engines showed of the step model, a Warning when they are found slower than their profile.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokenpilot.api.llmservice import Phase, TuningStatus
+from tokenpilot.api.llmservice import ConditionStatus, Phase, TuningStatus
 from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.correction import EnginePace
 from tokenpilot.core.autoscale.decision import BLIND
 
 # Triggers that carry a spec the user wrote; the others correct drift.
@@ -114,3 +116,12 @@ def scale_event(
         f"{current_replicas} -> {decision.desired_replicas}: {decision.reason}",
         warning=entering_blind,
     )
+
+
+def pace_event(previous_reason: str | None, pace: EnginePace) -> ServiceEvent | None:
+    """A Warning when the engines are newly found slower than their profile, or slower in a
+    new way (`BudgetBreaksItl` after `SlowerThanProfile`): once per reason, never per
+    evaluation."""
+    if pace.status is not ConditionStatus.false or pace.reason == previous_reason:
+        return None
+    return ServiceEvent(pace.reason, pace.message, warning=True)

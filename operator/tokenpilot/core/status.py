@@ -45,6 +45,7 @@ from tokenpilot.api.llmservice import (
 )
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.correction import EnginePace
 from tokenpilot.core.autoscale.decision import BLIND
 from tokenpilot.core.batching import BatchingDecision, Bound
 from tokenpilot.core.pod_health import PodFailure, verdict
@@ -295,6 +296,26 @@ def metrics_condition(
         now=now,
     )
     found = cond.find(updated, cond.METRICS_AVAILABLE)
+    assert found is not None  # set_condition just put it there
+    return found
+
+
+def pace_condition(
+    conditions: Sequence[Condition], pace: EnginePace, *, generation: int, now: str
+) -> Condition:
+    """The PaceAsProfiled condition for what the engines showed of the step model's price
+    (core.autoscale.correction.engine_pace), its transition time kept from the one in
+    `conditions` unless its status flips."""
+    updated = cond.set_condition(
+        conditions,
+        type_=cond.PACE_AS_PROFILED,
+        status=pace.status,
+        reason=pace.reason,
+        message=pace.message,
+        observed_generation=generation,
+        now=now,
+    )
+    found = cond.find(updated, cond.PACE_AS_PROFILED)
     assert found is not None  # set_condition just put it there
     return found
 

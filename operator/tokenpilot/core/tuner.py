@@ -35,7 +35,7 @@ lie in [max_num_seqs, max_model_len x max_num_seqs]. The step model is used only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,34 +88,25 @@ class StepModel(StepPricer, Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class AtMeasuredPace:
-    """`model` on engines measured slower than it prices their steps (the autoscaler's
-    PaceAsProfiled condition): `pace` is its price times that factor, never less
-    (core.roofline.ScaledPricer refuses a factor under 1)."""
+class AtMeasuredPace(ScaledPricer):
+    """A step model on engines measured `factor` times slower than it prices their steps (the
+    autoscaler's PaceAsProfiled condition): every step priced that much longer, never shorter
+    (ScaledPricer refuses a factor under 1), with the model's own threshold and basis."""
 
-    model: StepModel
-    pace: ScaledPricer
-
-    def iteration_s(
-        self,
-        num_decodes: int,
-        decode_context_tokens: int,
-        prefill_chunks: Sequence[PrefillChunk] = (),
-    ) -> float:
-        return self.pace.iteration_s(num_decodes, decode_context_tokens, prefill_chunks)
+    pricer: StepModel
 
     @property
     def threshold_tokens(self) -> int:
-        return self.model.threshold_tokens
+        return self.pricer.threshold_tokens
 
     @property
     def measured(self) -> bool:
-        return self.model.measured
+        return self.pricer.measured
 
     def describe(self) -> str:
         return (
-            f"{self.model.describe()}; every step priced {self.pace.factor:g}x that, the pace "
-            "the engines were measured at"
+            f"{self.pricer.describe()}; every step priced {self.factor:g}x that, the pace the "
+            "engines were measured at"
         )
 
 
@@ -268,7 +259,7 @@ def recommend(
     )
     model: StepModel = step_time_model(profile, shape, hints.tensor_parallel_size)
     if engine_slowdown != 1.0:
-        model = AtMeasuredPace(model, ScaledPricer(model, engine_slowdown))
+        model = AtMeasuredPace(model, engine_slowdown)
     prices = StepPrices(model, context, prompt or DEFAULT_PROMPT_TOKENS)
     # Without an ITL target nothing bounds a step but the threshold.
     step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tokenpilot.api.llmservice import Condition, ConditionStatus
+from tokenpilot.api.llmservice import Condition
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.algorithm import decide
 from tokenpilot.core.autoscale.correction import engine_pace, engine_slowness, step_ratio
@@ -46,8 +46,8 @@ from tokenpilot.core.autoscale.demand import (
 from tokenpilot.core.autoscale.observation import History, Observation
 from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 from tokenpilot.core.autoscale.window import PodScrapes, Ring, observe_scrapes
-from tokenpilot.core.events import ServiceEvent, scale_event
-from tokenpilot.core.status import autoscaler_status, metrics_condition
+from tokenpilot.core.events import ServiceEvent, pace_event, scale_event
+from tokenpilot.core.status import autoscaler_status, metrics_condition, pace_condition
 
 Samples = PodScrapes | Observation
 
@@ -210,18 +210,10 @@ def step(
     if model is not None:
         pace = engine_pace(model, ratios, memory_of(state))
         before = cond.find(known, cond.PACE_AS_PROFILED)
-        conditions += cond.set_condition(
-            [] if before is None else [before],
-            type_=cond.PACE_AS_PROFILED,
-            status=pace.status,
-            reason=pace.reason,
-            message=pace.message,
-            observed_generation=current.generation,
-            now=now.wall,
-        )
-        news = before is None or before.reason != pace.reason
-        if news and pace.status is ConditionStatus.false:
-            actions.append(PostEvent(ServiceEvent(pace.reason, pace.message, warning=True)))
+        conditions.append(pace_condition(known, pace, generation=current.generation, now=now.wall))
+        warning = pace_event(None if before is None else before.reason, pace)
+        if warning is not None:
+            actions.append(PostEvent(warning))
     owned = autoscaler_status(
         state.applied,
         desired_replicas=decision.desired_replicas,
