@@ -154,17 +154,17 @@ class Run:
 
 def loop(pace: float, num_intervals: int) -> Run:
     """`num_intervals` evaluations of the level load on engines at `pace`."""
-    run_ = Run(ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS, [], [])
+    result = Run(ServiceState(POLICY, interval_s=INTERVAL_S), REPLICAS, [], [])
     for index in range(num_intervals):
         at_s = INTERVAL_S * (index + 1)
-        replicas = run_.replicas
+        replicas = result.replicas
         seen = replace(light_load(at_s, ready=replicas), load=interval(pace, replicas))
         current = Current(spec_replicas=replicas, ready_replicas=replicas)
-        run_.state, decision, done = step(run_.state, seen, current, Now(at_s, wall(at_s)))
-        run_.replicas = decision.desired_replicas
-        run_.words.append((run_.replicas, decision.reason))
-        run_.actions += done
-    return run_
+        result.state, decision, done = step(result.state, seen, current, Now(at_s, wall(at_s)))
+        result.replicas = decision.desired_replicas
+        result.words.append((result.replicas, decision.reason))
+        result.actions += done
+    return result
 
 
 def run(pace: float, num_intervals: int) -> list[tuple[int, str]]:

@@ -47,9 +47,34 @@ def set_condition(
     now: str,
 ) -> list[Condition]:
     """The list with `type_` set; lastTransitionTime moves only when the status flips."""
+    updated = condition(
+        conditions,
+        type_=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=observed_generation,
+        now=now,
+    )
+    rest = [c for c in conditions if c.type != type_]
+    return sorted([*rest, updated], key=_sort_key)
+
+
+def condition(
+    conditions: Sequence[Condition],
+    *,
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    observed_generation: int,
+    now: str,
+) -> Condition:
+    """`type_` as it is now, its lastTransitionTime kept from the one in `conditions` unless
+    the status flips."""
     previous = find(conditions, type_)
     since = previous.last_transition_time if previous and previous.status == status else now
-    updated = Condition(
+    return Condition(
         type=type_,
         status=status,
         reason=reason,
@@ -57,5 +82,3 @@ def set_condition(
         last_transition_time=since,
         observed_generation=observed_generation,
     )
-    rest = [c for c in conditions if c.type != type_]
-    return sorted([*rest, updated], key=_sort_key)

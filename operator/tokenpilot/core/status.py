@@ -286,7 +286,7 @@ def metrics_condition(
             f"{words}{': ' + detail if detail else ''}; "
             f"replicas held at {decision.desired_replicas}"
         )
-    updated = cond.set_condition(
+    return cond.condition(
         conditions,
         type_=cond.METRICS_AVAILABLE,
         status=status,
@@ -295,9 +295,6 @@ def metrics_condition(
         observed_generation=generation,
         now=now,
     )
-    found = cond.find(updated, cond.METRICS_AVAILABLE)
-    assert found is not None  # set_condition just put it there
-    return found
 
 
 def pace_condition(
@@ -306,7 +303,7 @@ def pace_condition(
     """The PaceAsProfiled condition for what the engines showed of the step model's price
     (core.autoscale.correction.engine_pace), its transition time kept from the one in
     `conditions` unless its status flips."""
-    updated = cond.set_condition(
+    return cond.condition(
         conditions,
         type_=cond.PACE_AS_PROFILED,
         status=pace.status,
@@ -315,9 +312,6 @@ def pace_condition(
         observed_generation=generation,
         now=now,
     )
-    found = cond.find(updated, cond.PACE_AS_PROFILED)
-    assert found is not None  # set_condition just put it there
-    return found
 
 
 def autoscaler_status(
