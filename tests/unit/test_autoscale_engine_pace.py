@@ -8,6 +8,7 @@ prices the interval's load, the model prices every step that much longer
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -22,9 +23,11 @@ from tokenpilot.core.autoscale.correction import (
     MIN_ITL_GAPS,
     MIN_STEP_SAMPLES,
     PACE_TOLERANCE,
+    PaceReading,
     engine_pace,
     engine_slowness,
-    step_ratio,
+    measured_pace,
+    pace_reading,
 )
 from tokenpilot.core.autoscale.loop import (
     Action,
@@ -65,9 +68,10 @@ def engine_step_s(engine: ReplicaModel, share: Demand) -> float | None:
     composition it is the price of (None where they cannot keep up)."""
     step_s = engine.pricer.iteration_s(0, 0)
     for _ in range(100):
-        price_s = engine.price_of_steps_s(share, step_s)
-        if price_s is None:
+        kinds = engine.steps_priced(share, step_s)
+        if kinds is None:
             return None
+        price_s = kinds.mean_s
         if abs(price_s - step_s) <= 1e-9 * step_s:
             return price_s
         step_s = price_s
@@ -88,10 +92,14 @@ def interval(pace: float, pods: int = REPLICAS) -> Load:
     return Load(INTERVAL_S, PROMPT, 0.0, OUTPUT, 100.0, pods, OUTPUT, OUTPUT * step_s)
 
 
-def test_the_ratio_is_the_engines_slowdown() -> None:
-    ratio = step_ratio(MODEL, interval(1.3), MIX)
-    assert ratio is not None
-    assert abs(ratio - 1.3) < 1e-4
+def test_the_reading_is_the_engines_slowdown() -> None:
+    reading = pace_reading(MODEL, interval(1.3), MIX, 0.0)
+    assert reading is not None
+    assert abs(reading.over_price - 1.3) < 1e-4
+    # The chunk steps cost more than the decodes alone, so without them the same step reads
+    # slower.
+    assert reading.chunk_term > 0
+    assert reading.over_alone > reading.over_price
 
 
 @given(st.floats(1.0, 3.0), st.floats(0.05, 1.0), st.integers(1, 16))
@@ -109,34 +117,78 @@ def test_the_ratio_reads_the_slowdown_not_the_batch_it_brings(
     measured = Load(
         INTERVAL_S, PROMPT * load, 0.0, OUTPUT * load, 100.0, pods, 1000.0, 1000.0 * step_s
     )
-    ratio = step_ratio(MODEL, measured, MIX)
-    assert ratio is not None
-    assert abs(ratio - pace) < 1e-3 * pace
+    reading = pace_reading(MODEL, measured, MIX, 0.0)
+    assert reading is not None
+    assert abs(reading.over_price - pace) < 1e-3 * pace
 
 
 def test_an_interval_with_too_few_gaps_or_pods_prices_nothing() -> None:
     few = replace(interval(1.3), num_itl_gaps=MIN_ITL_GAPS - 1)
-    assert step_ratio(MODEL, few, MIX) is None
-    assert step_ratio(MODEL, replace(interval(1.3), num_pods=0), MIX) is None
+    assert pace_reading(MODEL, few, MIX, 0.0) is None
+    assert pace_reading(MODEL, replace(interval(1.3), num_pods=0), MIX, 0.0) is None
 
 
 def test_a_load_one_replica_cannot_keep_up_with_prices_nothing() -> None:
     swamped = replace(interval(1.0), num_pods=1, num_prompt_tokens=PROMPT * 1000)
-    assert step_ratio(MODEL, swamped, MIX) is None
+    assert pace_reading(MODEL, swamped, MIX, 0.0) is None
 
 
-@given(st.lists(st.floats(0.2, 5.0), max_size=40))
-def test_the_slowness_is_the_median_at_least_one_and_needs_enough_samples(
-    ratios: list[float],
+@given(
+    st.floats(0.5, 3.0),
+    st.floats(0.0, 1.0),
+    st.lists(st.integers(0, 200), min_size=MIN_STEP_SAMPLES, max_size=60, unique=True),
+)
+def test_the_pace_is_the_slowdown_however_often_the_decodes_meet_the_chunks(
+    slowdown: float, met: float, hundredths: list[int]
 ) -> None:
-    slowness = engine_slowness([(float(i), r) for i, r in enumerate(ratios)])
-    if len(ratios) < MIN_STEP_SAMPLES:
-        assert slowness == 1.0
+    """Whether a decode meets a chunk step is the balancer's and the concurrency's doing, not
+    the engines': each interval reads `slowdown (1 + met y)`, `met` the share of the chunk
+    steps the decodes met. The pace is the slowdown whatever that share, where the median
+    of the readings priced at the share steps carry reads it only where the decodes meet
+    every chunk step in that share."""
+    chunk_terms = [h / 100 for h in hundredths]
+    readings = [
+        PaceReading(float(i), slowdown * (1.0 + met * y), y) for i, y in enumerate(chunk_terms)
+    ]
+    pace = measured_pace(readings)
+    assert pace is not None
+    assert abs(pace - slowdown) <= 1e-9 * slowdown
+
+
+def test_readings_of_one_load_read_as_priced() -> None:
+    """A level load's intervals have nearly the same chunk term: they prove no line, and the
+    pace is read as if the decodes met the chunk steps in the share steps carry them."""
+    readings = [PaceReading(float(i), 1.3 * (1.0 + 0.1 + i * 1e-4), 0.1) for i in range(20)]
+    pace = measured_pace(readings)
+    assert pace == pytest.approx(statistics.median(r.over_price for r in readings))
+
+
+@given(st.floats(0.5, 3.0), st.floats(1.0, 3.0), st.lists(st.floats(0.0, 2.0), max_size=40))
+def test_decodes_crowded_with_the_chunks_read_no_faster_than_priced(
+    slowdown: float, met: float, chunk_terms: list[float]
+) -> None:
+    """In a burst prompts and decodes crowd the same replicas, and the decodes meet chunk
+    steps more often than steps carry them (`met` over 1): the pace reads the median priced
+    at the share steps carry, slower than the engines run, the safe side; and nothing until
+    there are enough readings."""
+    readings = [
+        PaceReading(float(i), slowdown * (1.0 + met * y), y) for i, y in enumerate(chunk_terms)
+    ]
+    pace = measured_pace(readings)
+    if len(readings) < MIN_STEP_SAMPLES:
+        assert pace is None
+        assert engine_slowness(pace) == 1.0
         return
-    ordered = sorted(ratios)
-    median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
-    if median > 1.0 + PACE_TOLERANCE:
-        assert slowness == median
+    assert pace is not None
+    assert pace >= slowdown * (1.0 - 1e-9)
+    assert pace == pytest.approx(statistics.median(r.over_price for r in readings))
+
+
+@given(st.one_of(st.none(), st.floats(0.2, 5.0)))
+def test_the_slowness_counts_only_a_pace_slower_than_the_tolerance(pace: float | None) -> None:
+    slowness = engine_slowness(pace)
+    if pace is not None and pace > 1.0 + PACE_TOLERANCE:
+        assert slowness == pace
     else:
         assert slowness == 1.0
 
@@ -222,8 +274,9 @@ def test_a_step_price_is_never_scaled_below_the_profiles() -> None:
     assert MODEL.slowed(1.5).pricer.iteration_s(1, 1) == 1.5 * MODEL.pricer.iteration_s(1, 1)
 
 
-def ratios(pace: float, num: int) -> list[tuple[float, float]]:
-    return [(INTERVAL_S * i, pace) for i in range(num)]
+def ratios(pace: float, num: int) -> float | None:
+    """The pace measured over `num` intervals that read `pace`."""
+    return measured_pace([PaceReading(INTERVAL_S * i, pace, 0.0) for i in range(num)])
 
 
 def test_the_pace_condition_is_unknown_until_measured_then_says_which_way() -> None:
@@ -291,7 +344,7 @@ def test_a_restarted_operator_keeps_the_engines_measured_pace() -> None:
     replicas = slow.replicas
     memory = snapshot(slow.state, Now(200.0, wall(200.0)))
     assert memory is not None
-    old = {k: v for k, v in memory.items() if k != "pace"}
+    old = {k: v for k, v in memory.items() if k != "paceReadings"}
 
     def first_words(written: dict) -> str:
         # The new process: its own clock from 0, 10 s of wall time later.
@@ -315,5 +368,5 @@ def test_a_memory_restored_after_its_forecast_has_aged_out_keeps_no_pace() -> No
     memory = snapshot(loop(1.6, 40).state, Now(200.0, wall(200.0)))
     assert memory is not None
     fresh = ServiceState(POLICY, interval_s=INTERVAL_S)
-    assert restore(fresh, memory, Now(0.0, wall(210.0))).step_ratios
-    assert not restore(fresh, memory, Now(0.0, wall(200.0 + 1200.0))).step_ratios
+    assert restore(fresh, memory, Now(0.0, wall(210.0))).pace_readings
+    assert not restore(fresh, memory, Now(0.0, wall(200.0 + 1200.0))).pace_readings

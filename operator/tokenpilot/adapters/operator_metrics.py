@@ -88,8 +88,8 @@ class OperatorMetrics:
         )
         self.engine_step_pace = Gauge(
             "tokenpilot_engine_step_pace_ratio",
-            "The engines' mean step over the step model's price of their load (the median of "
-            "the forecast's memory; above 1: slower than the GPU profile says); absent until "
+            "The engines' steps over the step model's price of them (measured over the "
+            "forecast's memory; above 1: slower than the GPU profile says); absent until "
             "measured.",
             SERVICE,
             registry=r,

@@ -289,8 +289,8 @@ class ServiceLoop:
             token_budget=None if tuning is None else tuning.max_num_batched_tokens,
         )
         metrics.record_replica_cost(self.namespace, self.name, *self._replica_cost(service))
-        ratios = () if self.state is None else self.state.step_ratios
-        metrics.record_pace(self.namespace, self.name, measured_pace(ratios))
+        readings = () if self.state is None else self.state.pace_readings
+        metrics.record_pace(self.namespace, self.name, measured_pace(readings))
 
     def _replica_cost(self, service: LLMService) -> tuple[str | None, float | None]:
         """The SKU in use and one replica's hourly cost in USD, when both are known."""

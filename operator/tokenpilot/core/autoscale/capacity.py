@@ -83,6 +83,20 @@ class Verdict:
     why: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class StepKinds:
+    """The two kinds of step a replica runs: the decodes alone, and the decodes beside a whole
+    prefill chunk, which `chunk_share` of its steps carry."""
+
+    alone_s: float
+    chunk_s: float
+    chunk_share: float
+
+    @property
+    def mean_s(self) -> float:
+        return self.chunk_share * self.chunk_s + (1.0 - self.chunk_share) * self.alone_s
+
+
 def _contexts(demand: Demand) -> tuple[float, int]:
     """The tokens a decode attends on average (its prompt and half its output), and those
     already computed before a prompt's chunk on average (half its prompt)."""
@@ -134,19 +148,17 @@ class ReplicaModel:
             return Verdict(False, t, n, rho, f"prefill {rho:.0%} busy")
         return Verdict(True, t, n, rho)
 
-    def price_of_steps_s(self, demand: Demand, step_s: float) -> float | None:
-        """The model's price of the mean step a replica ran at `demand` (already its share)
-        where its steps were measured to last `step_s`, as vLLM's scheduler runs them.
+    def steps_priced(self, demand: Demand, step_s: float) -> StepKinds | None:
+        """The model's price of the two kinds of step a replica ran at `demand` (already its
+        share) where its steps were measured to last `step_s`, as vLLM's scheduler runs them.
 
         vLLM fills a step's budget with prompt tokens whenever a prompt is waiting, so a
         replica runs two kinds of step: the decodes beside a whole chunk, and the decodes
         alone. Steps of `step_s` carry `n = D × step_s` decodes, and a share `f` of them a
         chunk of `room = budget − n` tokens, with `f × room = P × step_s`; each kind is priced
-        once. Every decode meets every step, so the mean step is also the decodes' mean gap:
-        what the ITL histogram's sum over its count measures. (Pricing the mean composition
-        instead, one step of `P t` prompt tokens, reads up to 18 % short where the step's price
-        bends at the ridge: a step under it costs the weight read, a whole chunk over it its
-        arithmetic.)
+        once. (Pricing the mean composition instead, one step of `P t` prompt tokens, reads up
+        to 18 % short where the step's price bends at the ridge: a step under it costs the
+        weight read, a whole chunk over it its arithmetic.)
 
         The composition is the measured step's, not the model's own steady step: engines
         slower than priced batch more decodes per step, and a step of more decodes costs more,
@@ -154,11 +166,6 @@ class ReplicaModel:
         amplified by the batch it brings (1.7 read for 1.5 on a light load). None where steps
         of `step_s` could not have carried `demand`: more decodes than max_num_seqs, or more
         prompt tokens than the budget leaves them."""
-        return self._mean_step_s(demand, step_s)
-
-    def _mean_step_s(self, demand: Demand, step_s: float) -> float | None:
-        """The mean of the two kinds of step that steps of `step_s` carrying `demand` run;
-        None where they cannot carry it."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
         context, chunk_context = _contexts(demand)
         n = math.ceil(d * step_s)
@@ -170,7 +177,7 @@ class ReplicaModel:
         chunk_s = self.pricer.iteration_s(
             n, math.ceil(n * context), (PrefillChunk(room, chunk_context),)
         )
-        return share * chunk_s + (1.0 - share) * alone_s
+        return StepKinds(alone_s, chunk_s, share)
 
     def _steady_step(self, demand: Demand) -> tuple[float, bool]:
         """The fixed point t = iteration_s(D t decodes, a chunk of P t tokens), and whether it

@@ -290,8 +290,15 @@ def proven_slope(series: Sequence[tuple[float, float]], *, z: float) -> float:
 
 
 def slope_bounds(series: Sequence[tuple[float, float]], *, z: float) -> tuple[float, float]:
+    """`theil_sen_bounds`, or (0.0, 0.0) with too few points to bound the slope at `z`."""
+    return theil_sen_bounds(series, z=z) or (0.0, 0.0)
+
+
+def theil_sen_bounds(
+    series: Sequence[tuple[float, float]], *, z: float
+) -> tuple[float, float] | None:
     """The lower and upper one-sided confidence bounds, each at the normal quantile `z`, of the
-    Theil-Sen slope of y over t; (0.0, 0.0) with too few points to bound it at that level.
+    Theil-Sen slope of y over t; None with too few points to bound it at that level.
 
     The lower bound is the order statistic of the sorted pairwise slopes at rank (N - C) / 2,
     the upper one the same rank from the top, with N the number of pairs and
@@ -308,5 +315,5 @@ def slope_bounds(series: Sequence[tuple[float, float]], *, z: float) -> tuple[fl
     spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
     rank = math.floor((len(slopes) - spread) / 2)
     if not slopes or rank < 0:
-        return 0.0, 0.0
+        return None
     return slopes[rank], slopes[len(slopes) - 1 - rank]

@@ -31,7 +31,13 @@ from typing import Any
 from tokenpilot.api.llmservice import Condition
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.algorithm import decide
-from tokenpilot.core.autoscale.correction import engine_pace, engine_slowness, step_ratio
+from tokenpilot.core.autoscale.correction import (
+    PaceReading,
+    engine_pace,
+    engine_slowness,
+    measured_pace,
+    pace_reading,
+)
 from tokenpilot.core.autoscale.decision import Decision, Mode
 from tokenpilot.core.autoscale.demand import (
     Forecast,
@@ -117,9 +123,9 @@ class ServiceState:
     # when, where that memory had a hole, jumps over the forecast are measured again.
     restored_at_s: float | None = None
     jumps_resume_at_s: float | None = None
-    # (time, the engines' mean step over the step model's price of it) of each interval of
-    # the forecast's memory that priced one (core.autoscale.correction.step_ratio).
-    step_ratios: tuple[tuple[float, float], ...] = ()
+    # The engines' mean step against the step model's price of it, in each interval of the
+    # forecast's memory that priced one (core.autoscale.correction.pace_reading).
+    pace_readings: tuple[PaceReading, ...] = ()
 
 
 def step(
@@ -146,7 +152,7 @@ def step(
         observation = replace(observation, awaiting_second_scrape=True)
     load = state.load
     jumps = state.jumps
-    ratios = state.step_ratios
+    readings = state.pace_readings
     counted = None
     # How long this process has watched a service whose memory it restored (None: its own).
     watched_s = None if state.restored_at_s is None else now.monotonic_s - state.restored_at_s
@@ -174,13 +180,14 @@ def step(
         )
         jumps = remember_jump(jumps, measured, point.at_s)
         load = remember(load, point, lookback_s)
-        ratios = tuple((at_s, r) for at_s, r in ratios if at_s > point.at_s - lookback_s)
+        readings = tuple(r for r in readings if r.at_s > point.at_s - lookback_s)
     outlook = _forecast(state, load, jumps)
     model = state.policy.replica_model
     if counted is not None and model is not None and outlook is not None:
-        ratio = step_ratio(model, counted, outlook.demand)
-        if ratio is not None:
-            ratios = (*ratios, (observation.observed_at_s, ratio))
+        reading = pace_reading(model, counted, outlook.demand, observation.observed_at_s)
+        if reading is not None:
+            readings = (*readings, reading)
+    pace = measured_pace(readings)
     decision = decide(
         state.policy,
         state.history,
@@ -188,7 +195,7 @@ def step(
         now.monotonic_s,
         outlook,
         watched_s,
-        engine_slowness(ratios),
+        engine_slowness(pace),
     )
     actions: list[Action] = []
     if decision.desired_replicas != current.spec_replicas:
@@ -208,10 +215,12 @@ def step(
         )
     ]
     if model is not None:
-        pace = engine_pace(model, ratios, memory_of(state))
+        as_profiled = engine_pace(model, pace, memory_of(state))
         before = cond.find(known, cond.PACE_AS_PROFILED)
-        conditions.append(pace_condition(known, pace, generation=current.generation, now=now.wall))
-        warning = pace_event(None if before is None else before.reason, pace)
+        conditions.append(
+            pace_condition(known, as_profiled, generation=current.generation, now=now.wall)
+        )
+        warning = pace_event(None if before is None else before.reason, as_profiled)
         if warning is not None:
             actions.append(PostEvent(warning))
     owned = autoscaler_status(
@@ -236,7 +245,7 @@ def step(
         history=decision.history,
         applied=applied,
         num_reading_evaluations=num_reading,
-        step_ratios=ratios,
+        pace_readings=readings,
     )
     return next_state, decision, tuple(actions)
 

@@ -9,8 +9,9 @@ service's `snapshot` now and then, and a new process `restore`s it before its fi
 evaluation.
 
 Only what was measured is kept: each interval's counted load, each jump over the forecast in
-force, and each interval's measured step over the model's price (core.autoscale.correction; a
-memory written before it was kept has none, and the pace is measured afresh). Everything else
+force, and each interval's reading of the engines' pace (core.autoscale.correction; a memory
+written before the readings were kept as they are, under the key "paceReadings", has none, and
+the pace is measured afresh). Everything else
 is rebuilt at once (the forecast from the points) or within a window (the P99 rings, 30 s; the
 decision's history). Times are kept as ages before the snapshot's wall-clock time, since
 monotonic clocks do not cross processes; the gap until the restore is read off the wall clock
@@ -31,6 +32,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from tokenpilot.core.autoscale.correction import PaceReading
 from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Jump, LoadPoint
 from tokenpilot.core.autoscale.loop import Now, ServiceState, memory_of, with_outlook
 
@@ -46,7 +48,7 @@ UNWATCHED_FORGIVEN_S = 120.0
 UNDER_FORECAST_BUCKET_S = 60.0
 _LOAD_FIELDS = ("age_s", "interval_s", "prompt_tokens", "output_tokens", "requests", "waiting")
 _JUMP_FIELDS = ("age_s", "ratio", "requests")
-_PACE_FIELDS = ("age_s", "ratio")
+_PACE_FIELDS = ("age_s", "over_alone", "chunk_term")
 
 
 class InvalidMemory(ValueError):
@@ -72,8 +74,17 @@ def snapshot(state: ServiceState, now: Now) -> dict[str, Any] | None:
         [_age(now.monotonic_s, j.at_s), _figure(j.ratio), _figure(j.requests)]
         for j in _compact(state.jumps)
     ]
-    pace = [[_age(now.monotonic_s, at_s), _figure(ratio)] for at_s, ratio in state.step_ratios]
-    return {"schema": SCHEMA, "writtenAt": now.wall, "load": load, "jumps": jumps, "pace": pace}
+    pace = [
+        [_age(now.monotonic_s, r.at_s), _figure(r.over_alone), _figure(r.chunk_term)]
+        for r in state.pace_readings
+    ]
+    return {
+        "schema": SCHEMA,
+        "writtenAt": now.wall,
+        "load": load,
+        "jumps": jumps,
+        "paceReadings": pace,
+    }
 
 
 def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> ServiceState:
@@ -104,8 +115,8 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
     ]
     # The ratios live as long as the forecast's load, not the records' hour.
     pace = [
-        (now.monotonic_s - aged_s - age_s, ratio)
-        for age_s, ratio in _rows(memory, "pace", _PACE_FIELDS)
+        PaceReading(now.monotonic_s - aged_s - age_s, over_alone, chunk_term)
+        for age_s, over_alone, chunk_term in _rows(memory, "paceReadings", _PACE_FIELDS)
         if aged_s + age_s < memory_of(state)
     ]
     for at, p in enumerate(load):
@@ -119,7 +130,7 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
         state,
         load=tuple(load),
         jumps=tuple(jumps),
-        step_ratios=tuple(pace),
+        pace_readings=tuple(pace),
         restored_at_s=now.monotonic_s,
         jumps_resume_at_s=None if whole else now.monotonic_s + memory_of(state),
     )
