@@ -71,7 +71,7 @@ def engine_step_s(engine: ReplicaModel, share: Demand) -> float | None:
         kinds = engine.steps_priced(share, step_s)
         if kinds is None:
             return None
-        price_s = kinds.mean_s
+        price_s = kinds.chunk_share * kinds.chunk_s + (1.0 - kinds.chunk_share) * kinds.alone_s
         if abs(price_s - step_s) <= 1e-9 * step_s:
             return price_s
         step_s = price_s

@@ -92,10 +92,6 @@ class StepKinds:
     chunk_s: float
     chunk_share: float
 
-    @property
-    def mean_s(self) -> float:
-        return self.chunk_share * self.chunk_s + (1.0 - self.chunk_share) * self.alone_s
-
 
 def _contexts(demand: Demand) -> tuple[float, int]:
     """The tokens a decode attends on average (its prompt and half its output), and those

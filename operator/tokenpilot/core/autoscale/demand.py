@@ -239,7 +239,7 @@ def memory_trend(series: Sequence[tuple[float, float]], *, z: float) -> float:
     (the lower bound of a rise, the upper bound of a decline; 0.0 where neither is proven),
     over the series averaged into runs of consecutive points where it is longer than
     `MAX_TREND_POINTS`. A burst is a few points and proves no trend."""
-    lower, upper = slope_bounds(_coarsened(series, MAX_TREND_POINTS), z=z)
+    lower, upper = theil_sen_bounds(_coarsened(series, MAX_TREND_POINTS), z=z) or (0.0, 0.0)
     return lower if lower > 0.0 else min(0.0, upper)
 
 
@@ -286,12 +286,8 @@ def proven_slope(series: Sequence[tuple[float, float]], *, z: float) -> float:
     """The slope of y over t that the points prove: the lower one-sided confidence bound, at
     the normal quantile `z`, of the Theil-Sen estimator, the median of the slopes between every
     two points. 0.0 with too few points to prove anything at that level."""
-    return slope_bounds(series, z=z)[0]
-
-
-def slope_bounds(series: Sequence[tuple[float, float]], *, z: float) -> tuple[float, float]:
-    """`theil_sen_bounds`, or (0.0, 0.0) with too few points to bound the slope at `z`."""
-    return theil_sen_bounds(series, z=z) or (0.0, 0.0)
+    bounds = theil_sen_bounds(series, z=z)
+    return 0.0 if bounds is None else bounds[0]
 
 
 def theil_sen_bounds(
