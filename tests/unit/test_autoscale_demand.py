@@ -4,6 +4,7 @@ trend the points prove is projected over the startup horizon."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from autoscale_fleet import prompt_rate_points
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from tokenpilot.core.autoscale.demand import (
     MAX_MEMORY_S,
     LoadPoint,
+    arrived_prompt_tokens_per_s,
     forecast,
     memory_s,
     proven_slope,
@@ -45,7 +47,7 @@ def prompt_rate_after_burst(seconds_since_burst: float, attainment: float) -> fl
         )
         points = remember(points, point, keep_s)
         at_s += INTERVAL_S
-    outlook = forecast(points, horizon_s=95.0, attainment=attainment, backlog_s=2.0)
+    outlook = forecast(points, horizon_s=95.0, attainment=attainment)
     assert outlook is not None
     return outlook.demand.prompt_tokens_per_s
 
@@ -82,9 +84,7 @@ def test_a_burst_at_the_end_of_the_horizon_is_not_read_as_growth():
     # 17 quiet intervals, then a burst in the last two: a least-squares slope reads it as a
     # ramp and projects it over the whole horizon; it is the busy interval, held as such.
     rates = [200.0] * 17 + [5_000.0, 5_000.0]
-    outlook = forecast(
-        prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0
-    )
+    outlook = forecast(prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99)
     assert outlook is not None
     assert outlook.growth_prompt_tokens_per_s == 0.0
     assert outlook.demand.prompt_tokens_per_s == pytest.approx(5_000.0)
@@ -95,9 +95,7 @@ def test_a_sustained_ramp_is_projected_over_the_horizon():
     # off the line by up to 20 %: the forecast adds most of the 19,000 the next 95 s bring.
     noise = [0.2, -0.15, 0.1, -0.2, 0.05, 0.18, -0.1, -0.05, 0.12, -0.18] * 2
     rates = [(10_000.0 + 1_000.0 * i) * (1.0 + noise[i]) for i in range(19)]
-    outlook = forecast(
-        prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99, backlog_s=2.0
-    )
+    outlook = forecast(prompt_rate_points(rates), horizon_s=HORIZON_S, attainment=0.99)
     assert outlook is not None
     true_growth = 200.0 * HORIZON_S
     assert 0.5 * true_growth <= outlook.growth_prompt_tokens_per_s <= 1.2 * true_growth
@@ -169,3 +167,28 @@ def test_too_few_points_prove_no_trend():
     # A perfect line of four points is no proof at the horizon's level; five are.
     assert proven_slope(line(4), z=trend_confidence_z(4)) == 0.0
     assert proven_slope(line(5), z=trend_confidence_z(5)) == 2.0
+
+
+def test_a_queue_counts_once_as_arrivals_not_in_every_interval_it_lasts():
+    # A fleet at its limit serves 10,000 prompt tokens/s while 40 requests of 1,000 tokens
+    # wait for 60 s: they arrived in the one interval the queue grew in. Counted in every
+    # interval it lasted, the queue would hold the memory at that burst for 12 intervals.
+    served = 10_000.0
+    points = prompt_rate_points([served] * 100)
+    queued = [replace(p, waiting=40.0) if 50 <= index < 62 else p for index, p in enumerate(points)]
+    outlook = forecast(queued, horizon_s=95.0, attainment=0.99)
+    assert outlook is not None
+    mean_prompt = outlook.demand.mean_prompt_tokens
+    grew = served + 40.0 * mean_prompt / INTERVAL_S
+    assert outlook.demand.prompt_tokens_per_s == pytest.approx(grew)
+    # The draining interval prefilled earlier arrivals: it reads what arrived in it.
+    assert arrived_prompt_tokens_per_s(queued[62], 40.0, mean_prompt) == pytest.approx(
+        served - 40.0 * mean_prompt / INTERVAL_S
+    )
+
+
+def test_arrivals_never_read_below_zero():
+    point = LoadPoint(5.0, 5.0, prompt_tokens=1_000.0, output_tokens=10.0, requests=1.0)
+    assert (
+        arrived_prompt_tokens_per_s(point, waiting_before=100.0, mean_prompt_tokens=1_000.0) == 0.0
+    )

@@ -21,7 +21,7 @@ READY = 12
 
 def outlook_over(seen_s: float) -> Forecast:
     points = [LoadPoint(5.0 * i, 5.0, 5_000.0, 500.0, 2.0) for i in range(1, int(seen_s / 5) + 1)]
-    outlook = forecast(points, horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(points, horizon_s=95.0, attainment=0.99)
     assert outlook is not None
     return outlook
 

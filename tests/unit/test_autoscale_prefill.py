@@ -170,7 +170,7 @@ def test_with_a_capacity_model_a_step_down_during_a_prefill_bound_breach_says_wh
     # was once labelled a `PrefillBound` hold while it moved the replicas.
     policy = replace(POLICY, replica_model=TTFT_REPLICA_MODEL)
     light = [LoadPoint(5.0 * i, 5.0, 500.0, 50.0, 1.0) for i in range(1, 80)]
-    outlook = forecast(light, horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(light, horizon_s=95.0, attainment=0.99)
     assert outlook is not None and outlook.span_s >= policy.scale_down_stabilization_s
     for ttft_p99_s in (2.4, 0.3):
         observation = reading(4, running=2, ttft_p99_s=ttft_p99_s, at_s=400.0)

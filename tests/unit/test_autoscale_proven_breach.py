@@ -57,7 +57,7 @@ def shared_engines(ttft_p99_s: float) -> Observation:
 
 def steady_outlook() -> Forecast:
     points = [LoadPoint(5.0 * i, 5.0, 20_000.0, 2_000.0, 10.0) for i in range(1, 80)]
-    outlook = forecast(points, horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(points, horizon_s=95.0, attainment=0.99)
     assert outlook is not None
     return outlook
 

@@ -94,15 +94,15 @@ def point(at_s: float, prompt_per_s: float) -> LoadPoint:
 def test_a_jump_is_measured_only_against_a_forecast_that_has_seen_a_whole_memory() -> None:
     young = forecast(
         [point(5.0 * i, 1_000.0) for i in range(1, 20)],
-        horizon_s=35.0, attainment=0.99, backlog_s=2.0,
+        horizon_s=35.0, attainment=0.99,
     )  # fmt: skip
     full = forecast(
         [point(5.0 * i, 1_000.0) for i in range(1, 101)],
-        horizon_s=35.0, attainment=0.99, backlog_s=2.0,
+        horizon_s=35.0, attainment=0.99,
     )  # fmt: skip
     assert young is not None and full is not None
-    assert jump(young, point(505.0, 3_000.0), memory_s=500.0, backlog_s=2.0) is None
-    measured = jump(full, point(505.0, 3_000.0), memory_s=500.0, backlog_s=2.0)
+    assert jump(young, point(505.0, 3_000.0), memory_s=500.0, waiting_before=0.0) is None
+    measured = jump(full, point(505.0, 3_000.0), memory_s=500.0, waiting_before=0.0)
     assert measured is not None
     assert measured.ratio == 3.0
 

@@ -28,7 +28,7 @@ POINTS_PER_MEMORY = round(MEMORY_S / INTERVAL_S)  # 100
 
 
 def busy_prompt_rate(rates: list[float]) -> float:
-    outlook = forecast(prompt_rate_points(rates), horizon_s=95.0, attainment=0.99, backlog_s=2.0)
+    outlook = forecast(prompt_rate_points(rates), horizon_s=95.0, attainment=0.99)
     assert outlook is not None
     return outlook.demand.prompt_tokens_per_s
 
@@ -121,13 +121,12 @@ def test_the_status_names_the_trend_the_memory_was_read_on():
     # The words beside the replicas say the busy rate is not the one read 500 s ago.
     line = [20_000.0 - 10_000.0 * i / (POINTS_PER_MEMORY - 1) for i in range(POINTS_PER_MEMORY)]
     falling = forecast(
-        prompt_rate_points(noisy(line, 0.1, seed=3)), horizon_s=95.0, attainment=0.99, backlog_s=2.0
+        prompt_rate_points(noisy(line, 0.1, seed=3)), horizon_s=95.0, attainment=0.99
     )
     level = forecast(
         prompt_rate_points(noisy([10_000.0] * POINTS_PER_MEMORY, 0.1, seed=3)),
         horizon_s=95.0,
         attainment=0.99,
-        backlog_s=2.0,
     )
     assert falling is not None and level is not None
     policy = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)

@@ -26,9 +26,10 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   falling trend is not projected past the present: a replica removed too early costs a whole
   startup to bring back.
 - **Mix.** Mean prompt and output per request from the counters' totals over the lookback.
-- **Backlog.** The counters see a prompt once it is prefilled; requests still waiting are
-  demand they have not seen, counted at the mean prompt as a rate that clears them within the
-  TTFT SLO.
+- **Arrivals.** The counters see a prompt once it is prefilled, so in a backlog they show
+  what the fleet served. Each interval's prompt rate adds its queue's growth over the
+  interval at the mean prompt (`arrived_prompt_tokens_per_s`): the load that arrived, which is
+  what comes back, not the shortfall of the fleet that happened to serve it.
 - **Records.** Some bursts are taller than anything the memory holds, and no memory of the
   past sizes a fleet for them. Each interval that arrives once the memory is full is measured
   against the forecast that was in force (`Jump`), and those measurements are kept for
@@ -143,17 +144,18 @@ def remember(
 
 
 def jump(
-    previous: Forecast | None, point: LoadPoint, *, memory_s: float, backlog_s: float
+    previous: Forecast | None, point: LoadPoint, *, memory_s: float, waiting_before: float
 ) -> Jump | None:
-    """`point`'s prompt rate (its queue included, as the forecast counts it) over the prompt
-    rate `previous` forecast; None while that forecast had not seen a whole memory (a jump
-    over a short memory says the memory is short, not that the load has records)."""
+    """`point`'s arrived prompt rate (as the forecast counts it; `waiting_before` the queue at
+    the interval's start) over the prompt rate `previous` forecast; None while that forecast
+    had not seen a whole memory (a jump over a short memory says the memory is short, not that
+    the load has records)."""
     if previous is None or previous.span_s < memory_s - point.interval_s - 1e-9:
         return None
     sized = previous.demand.prompt_tokens_per_s
     if sized <= 0:
         return None
-    rate = _with_queue(point, previous.demand.mean_prompt_tokens, backlog_s)
+    rate = arrived_prompt_tokens_per_s(point, waiting_before, previous.demand.mean_prompt_tokens)
     return Jump(point.at_s, rate / sized, point.requests + point.waiting)
 
 
@@ -175,15 +177,14 @@ def forecast(
     *,
     horizon_s: float,
     attainment: float,
-    backlog_s: float,
     jumps: Sequence[Jump] = (),
 ) -> Forecast | None:
     """The demand over the next `horizon_s`, or None before any load was counted.
 
     The counters count a prompt when it has been prefilled, so in a backlog they show what the
-    fleet served, not what arrived. Each interval's prompt rate therefore adds the requests
-    still waiting at its end, at the mean prompt, cleared within `backlog_s` (the TTFT SLO):
-    the rate that would have served the interval and its queue in time."""
+    fleet served, not what arrived. Each interval's prompt rate therefore adds its queue's
+    growth since the point before it (none for the oldest point, whose predecessor is
+    forgotten)."""
     if not points:
         return None
     requests = sum(p.requests for p in points)
@@ -202,7 +203,11 @@ def forecast(
     growth_d = max(0.0, output_slope) * horizon_s
     # The memory's test is made at every evaluation, over points its evaluations share.
     memory_z = trend_confidence_z(len(points))
-    prompt_series = [(p.at_s, _with_queue(p, mean_prompt, backlog_s)) for p in points]
+    waiting_before = [points[0].waiting, *(p.waiting for p in points[:-1])]
+    prompt_series = [
+        (p.at_s, arrived_prompt_tokens_per_s(p, before, mean_prompt))
+        for p, before in zip(points, waiting_before, strict=True)
+    ]
     output_series = [(p.at_s, p.output_tokens_per_s) for p in points]
     prompt_trend = memory_trend(prompt_series, z=memory_z)
     prompt_rates = at_present_level(prompt_series, prompt_trend)
@@ -227,11 +232,16 @@ def forecast(
     )
 
 
-def _with_queue(point: LoadPoint, mean_prompt_tokens: float, backlog_s: float) -> float:
-    """The interval's prompt rate plus its waiting requests, at the mean prompt, as a rate
-    that clears them within `backlog_s`: what arrived, where the counters saw only what was
-    prefilled."""
-    return point.prompt_tokens_per_s + point.waiting * (mean_prompt_tokens / max(backlog_s, 1e-3))
+def arrived_prompt_tokens_per_s(
+    point: LoadPoint, waiting_before: float, mean_prompt_tokens: float
+) -> float:
+    """The prompt tokens that arrived in `point`'s interval, per second: those prefilled, plus
+    the queue's growth from `waiting_before` at the mean prompt (a queue that shrank was
+    prefilled from earlier arrivals). A queue that lasts is counted once, when it grows, not
+    in every interval it lasts: what it adds beyond that is the shortfall of the fleet that
+    served it, not load that comes back."""
+    grown = point.waiting - waiting_before
+    return max(0.0, point.prompt_tokens_per_s + grown * mean_prompt_tokens / point.interval_s)
 
 
 def memory_trend(series: Sequence[tuple[float, float]], *, z: float) -> float:

@@ -156,7 +156,6 @@ def step(
     counted = None
     # How long this process has watched a service whose memory it restored (None: its own).
     watched_s = None if state.restored_at_s is None else now.monotonic_s - state.restored_at_s
-    backlog_s = state.policy.ttft_p99_slo_s or state.interval_s
     # A NaN or infinite counter (a Prometheus that lies, an engine that exports garbage) is no
     # reading: remembered, it would poison the forecast for the whole memory.
     if observation.load is not None and observation.load.is_finite:
@@ -174,7 +173,12 @@ def step(
         # time's load; a jump over a forecast without it would be a record the load never set.
         resume_s = state.jumps_resume_at_s
         measured = (
-            jump(state.outlook, point, memory_s=lookback_s, backlog_s=backlog_s)
+            jump(
+                state.outlook,
+                point,
+                memory_s=lookback_s,
+                waiting_before=load[-1].waiting if load else point.waiting,
+            )
             if resume_s is None or point.at_s >= resume_s
             else None
         )
@@ -272,7 +276,6 @@ def _forecast(
         load,
         horizon_s=state.policy.startup_s + state.interval_s,
         attainment=state.policy.attainment,
-        backlog_s=state.policy.ttft_p99_slo_s or state.interval_s,
         jumps=jumps,
     )
 
