@@ -171,7 +171,7 @@ async def evaluate(args: argparse.Namespace, ports: list[int]) -> list[Round]:
             async def one(index: int, now_s: float = now_s) -> tuple[int, int]:
                 target = targets[index]
                 scrapes = await source.read(target, now_s)
-                current = Current(target.desired_replicas, target.ready_replicas)
+                current = Current(target.spec_replicas, target.ready_replicas)
                 states[index], _, _ = step(states[index], scrapes, current, Now(now_s, WALL))
                 return len(scrapes.samples), len(scrapes.problems)
 

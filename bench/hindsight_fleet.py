@@ -41,13 +41,14 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot_lab.commands import simulate as simulate_command
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.policies.static import StaticPolicy
 from tokenpilot_lab.fleet.simulator import simulate
 from tokenpilot_lab.fleet.sizing import fewest_meeting, size_for_peak
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import EngineConfig, StepTimer
 from tokenpilot_lab.workload import Trace, window
 
@@ -64,7 +65,7 @@ class SchedulePolicy:
     window_s: float
     name: str = "hindsight"
     interval_s: float = 1.0
-    source: MetricsDelivery = MetricsDelivery.prometheus
+    source: MetricsSourceType = MetricsSourceType.prometheus
 
     def decide(self, view: FleetView) -> ScaleChoice:
         index = min(len(self.sizes) - 1, int(view.now_s // self.window_s))

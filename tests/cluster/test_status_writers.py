@@ -12,15 +12,11 @@ from _operator_harness import create, get_llms, sample
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.status import AUTOSCALER, RECONCILER, apply_status
 from tokenpilot.api.llmservice import Condition, ConditionStatus, LLMService
-from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, History, decide
 from tokenpilot.core.autoscale.observation import Observation
+from tokenpilot.core.autoscale.report import autoscaler_status, metrics_condition
 from tokenpilot.core.batching import spec_decision
-from tokenpilot.core.status import (
-    DeploymentFacts,
-    autoscaler_status,
-    desired_status,
-    metrics_condition,
-)
+from tokenpilot.core.status import DeploymentFacts, desired_status
 
 pytestmark = pytest.mark.cluster
 NOW = "2026-01-01T00:00:00Z"
@@ -53,7 +49,7 @@ def autoscaler_writes(
     client: KubeClient, stale: LLMService, num_pods_scraped: int, *, slower: bool = False
 ) -> None:
     seen = Observation(
-        desired_replicas=2,
+        spec_replicas=2,
         ready_replicas=2,
         num_pods_expected=2,
         num_pods_scraped=num_pods_scraped,
@@ -64,15 +60,17 @@ def autoscaler_writes(
         observed_at_s=0.0,
         problems=() if num_pods_scraped == 2 else ("llm-1: connection refused",),
     )
-    decision = decide(AutoscalePolicy(min_replicas=1, max_replicas=4), History(), seen, 0.0)
+    decision = decide(
+        AutoscalePolicy(min_replicas=1, max_replicas=4), History(), Evidence(seen), 0.0
+    )
     condition = metrics_condition(
         stale.status.conditions, decision, problems=seen.problems, generation=1, now=NOW
     )
     owned = autoscaler_status(
         None,
         desired_replicas=2,
-        mode=decision.mode.value,
-        reason_code=decision.reason_code.value,
+        mode=decision.mode,
+        reason_code=decision.reason_code,
         reason=decision.reason,
         conditions=(condition, *([SLOWER] if slower else [])),
         now=NOW,

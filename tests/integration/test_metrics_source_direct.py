@@ -18,7 +18,15 @@ from tokenpilot.adapters.metrics import (
 from tokenpilot.adapters.metrics.direct import DEFAULT_TIMEOUT_S
 from tokenpilot.adapters.metrics.parse import ENGINE_FAMILIES, ENGINE_FAMILIES_WITH_TTFT
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Observation, Reason, decide
+from tokenpilot.core.autoscale import (
+    AutoscalePolicy,
+    Evidence,
+    History,
+    Mode,
+    Observation,
+    Reason,
+    decide,
+)
 from tokenpilot.core.autoscale.window import Ring, observe_scrapes
 
 POLICY = AutoscalePolicy(min_replicas=1, max_replicas=8, itl_p99_slo_s=0.05)
@@ -37,7 +45,7 @@ class Watched:
         self.rings, observation = observe_scrapes(
             self.rings,
             scrapes,
-            desired_replicas=target.desired_replicas,
+            spec_replicas=target.spec_replicas,
             ready_replicas=target.ready_replicas,
             window_s=30.0,
         )
@@ -84,7 +92,7 @@ async def test_garbage_and_down_engines_keep_the_replicas_and_say_why():
             try:
                 for now_s in (0.0, 5.0, 10.0):
                     observation = await watch.observe(target(urls), now_s)
-                    decision = decide(POLICY, history, observation, now_s)
+                    decision = decide(POLICY, history, Evidence(observation), now_s)
                     history = decision.history
             finally:
                 await source.aclose()
@@ -116,7 +124,7 @@ async def test_every_pod_broken_holds_as_missing(mode, words, timeout_s):
             await source.aclose()
     assert observation.num_pods_scraped == 0
     assert all(words in p for p in observation.problems) and len(observation.problems) == 2
-    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    decision = decide(POLICY, History(calm_since_s=-1000.0), Evidence(observation), 0.0)
     assert (decision.desired_replicas, decision.reason_code) == (2, Reason.missing_metrics)
     assert words in decision.reason
 

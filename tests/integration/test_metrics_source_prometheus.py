@@ -17,7 +17,15 @@ import pytest
 from fake_engines import EngineFarm, FakeEngine, closed_port
 
 from tokenpilot.adapters.metrics import PodEndpoint, PrometheusSource, ServiceTarget
-from tokenpilot.core.autoscale import AutoscalePolicy, History, Mode, Observation, Reason, decide
+from tokenpilot.core.autoscale import (
+    AutoscalePolicy,
+    Evidence,
+    History,
+    Mode,
+    Observation,
+    Reason,
+    decide,
+)
 from tokenpilot_lab.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
@@ -102,7 +110,7 @@ async def test_reads_the_same_signals_through_promql(farm_and_prometheus):
     assert 0.01 < observation.itl.p99_s <= 0.025 and observation.itl.upper_bound_s == 0.025
     assert observation.kv_cache_usage == pytest.approx(0.1)
     assert 100.0 - observation.observed_at_s < 5.0  # fresh: scraped within the last seconds
-    decision = decide(POLICY, History(), observation, 100.0)
+    decision = decide(POLICY, History(), Evidence(observation), 100.0)
     assert decision.mode is Mode.steady
 
 
@@ -128,7 +136,7 @@ async def test_a_garbage_engine_makes_a_partial_view_and_a_hold(farm_and_prometh
     finally:
         await source.aclose()
     observation = seen[-1]
-    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    decision = decide(POLICY, History(calm_since_s=-1000.0), Evidence(observation), 0.0)
     assert (decision.desired_replicas, decision.reason_code) == (4, Reason.partial_scrape)
     assert "3 of 4" in decision.reason
 
@@ -142,6 +150,6 @@ async def test_unreachable_prometheus_holds_and_says_where():
             observation = await source.read(ServiceTarget("ns", "llm", 3, 3, pods), 0.0)
         finally:
             await source.aclose()
-    decision = decide(POLICY, History(calm_since_s=-1000.0), observation, 0.0)
+    decision = decide(POLICY, History(calm_since_s=-1000.0), Evidence(observation), 0.0)
     assert (decision.desired_replicas, decision.reason_code) == (3, Reason.missing_metrics)
     assert url in decision.reason

@@ -19,6 +19,7 @@ from _steps import LinearStep
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
     Decision,
+    Evidence,
     History,
     LatencyQuantile,
     Mode,
@@ -73,7 +74,7 @@ def light_load(at_s: float, ready: int = 12) -> Observation:
     SLOs: a fleet whose size only the capacity model has a word on."""
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=ready,
+        spec_replicas=ready,
         ready_replicas=ready,
         num_pods_expected=ready,
         num_pods_scraped=ready,
@@ -111,7 +112,7 @@ def observe(
     running = scraped * min(u, 1.0) * 32.0
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=desired,
+        spec_replicas=desired,
         ready_replicas=ready,
         num_pods_expected=ready,
         num_pods_scraped=scraped,
@@ -177,7 +178,7 @@ def drive(
         observation = observe(load, ready, fleet.replicas, t_s)
         if tamper is not None:
             observation = tamper(t_s, observation)
-        decision = decide(policy, history, observation, t_s)
+        decision = decide(policy, history, Evidence(observation), t_s)
         history = decision.history
         fleet.scale(decision.desired_replicas, t_s)
         ticks.append(Tick(t_s, load, ready, decision))
@@ -212,19 +213,19 @@ def replay_steady(
     """The same readings every interval from 0 to `until_s`, on a fleet that follows each
     decision at once (every replica asked for is ready and read): the decisions."""
     history = History()
-    replicas = observation.desired_replicas
+    replicas = observation.spec_replicas
     decisions = []
     at_s = 0.0
     while at_s <= until_s:
         current = replace(
             observation,
             observed_at_s=at_s,
-            desired_replicas=replicas,
+            spec_replicas=replicas,
             ready_replicas=replicas,
             num_pods_expected=replicas,
             num_pods_scraped=replicas,
         )
-        decision = decide(policy, history, current, at_s)
+        decision = decide(policy, history, Evidence(current), at_s)
         history, replicas = decision.history, decision.desired_replicas
         decisions.append(decision)
         at_s += interval_s

@@ -10,6 +10,7 @@ from autoscale_fleet import ITL_SLO_S, direction_changes, drive, itl_quantile, o
 
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
+    Evidence,
     History,
     InvalidPolicy,
     Mode,
@@ -114,7 +115,7 @@ def test_one_pod_of_four_failing_blocks_scale_down_but_not_scale_up():
         if observation.ready_replicas < 4:
             return observation
         return replace(
-            observe(t_load(t), 4, observation.desired_replicas, t, num_pods_scraped=3),
+            observe(t_load(t), 4, observation.spec_replicas, t, num_pods_scraped=3),
             problems=("pod svc-3: connection refused",),
         )
 
@@ -142,7 +143,7 @@ def test_one_pod_of_four_failing_blocks_scale_down_but_not_scale_up():
 )
 def test_bounds_and_edges(desired, ready, expected, mode, code):
     observation = replace(observe(40.0, ready, desired, 0.0), num_pods_expected=ready)
-    decision = decide(POLICY, History(), observation, 0.0)
+    decision = decide(POLICY, History(), Evidence(observation), 0.0)
     assert (decision.desired_replicas, decision.mode, decision.reason_code) == (
         expected,
         mode,
@@ -161,7 +162,7 @@ def test_scale_up_window_outside_panic():
 def test_idle_service_is_calm_not_blind():
     observation = observe(0.0, 2, 2, 0.0)
     assert observation.itl is not None and observation.itl.idle
-    decision = decide(POLICY, History(calm_since_s=-400), observation, 0.0)
+    decision = decide(POLICY, History(calm_since_s=-400), Evidence(observation), 0.0)
     assert decision.mode is Mode.scale_down
 
 

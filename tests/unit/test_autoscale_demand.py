@@ -16,7 +16,7 @@ from tokenpilot.core.autoscale.demand import (
     LoadPoint,
     arrived_prompt_tokens_per_s,
     forecast,
-    memory_s,
+    lookback_s,
     proven_slope,
     remember,
     trend_confidence_z,
@@ -30,7 +30,7 @@ BURST_PROMPT_TOKENS = 25_000.0  # one interval at 25x: a 2 s slice of the Azure 
 def prompt_rate_after_burst(seconds_since_burst: float, attainment: float) -> float:
     """The forecast's prompt rate `seconds_since_burst` after one busy interval (25 times a
     quiet interval's requests and tokens) in an otherwise steady load."""
-    keep_s = memory_s(
+    keep_s = lookback_s(
         scale_down_window_s=300.0, startup_s=90.0, interval_s=INTERVAL_S, attainment=attainment
     )
     points: tuple[LoadPoint, ...] = ()
@@ -54,7 +54,7 @@ def prompt_rate_after_burst(seconds_since_burst: float, attainment: float) -> fl
 
 def test_memory_is_one_over_the_missable_share_of_intervals_within_its_bounds():
     def at(attainment: float, interval_s: float = INTERVAL_S) -> float:
-        return memory_s(
+        return lookback_s(
             scale_down_window_s=300.0,
             startup_s=90.0,
             interval_s=interval_s,

@@ -29,17 +29,9 @@ from tokenpilot.core.autoscale.correction import (
     measured_pace,
     pace_reading,
 )
-from tokenpilot.core.autoscale.loop import (
-    Action,
-    ApplyStatus,
-    Current,
-    Now,
-    PostEvent,
-    ServiceState,
-    step,
-)
+from tokenpilot.core.autoscale.loop import Action, ApplyStatus, PostEvent, ServiceState, step
 from tokenpilot.core.autoscale.memory import restore, snapshot
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.observation import Current, Load, Now
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes, observe_scrapes
 from tokenpilot.core.roofline import ScaledPricer
 
@@ -257,7 +249,7 @@ def test_the_mean_step_is_read_from_two_scrapes_of_each_pod() -> None:
             at_s, {"a": sample(at_s, gaps_a, sum_a), "b": sample(at_s, gaps_b, sum_b)}, 2
         )
         rings, observation = observe_scrapes(
-            rings, scrapes, desired_replicas=2, ready_replicas=2, window_s=30.0
+            rings, scrapes, spec_replicas=2, ready_replicas=2, window_s=30.0
         )
     load = observation.load
     assert load is not None
@@ -368,5 +360,5 @@ def test_a_memory_restored_after_its_forecast_has_aged_out_keeps_no_pace() -> No
     memory = snapshot(loop(1.6, 40).state, Now(200.0, wall(200.0)))
     assert memory is not None
     fresh = ServiceState(POLICY, interval_s=INTERVAL_S)
-    assert restore(fresh, memory, Now(0.0, wall(210.0))).pace_readings
-    assert not restore(fresh, memory, Now(0.0, wall(200.0 + 1200.0))).pace_readings
+    assert restore(fresh, memory, Now(0.0, wall(210.0))).pace.readings
+    assert not restore(fresh, memory, Now(0.0, wall(200.0 + 1200.0))).pace.readings

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tokenpilot.core.autoscale import AutoscalePolicy, Observation
 from tokenpilot.core.autoscale.decision import Reason
-from tokenpilot.core.autoscale.loop import Current, Now, PostEvent, ServiceState, step
+from tokenpilot.core.autoscale.loop import PostEvent, ServiceState, step
+from tokenpilot.core.autoscale.observation import Current, Now
 
 POLICY = AutoscalePolicy(min_replicas=1, max_replicas=4, itl_p99_slo_s=0.05)
 
@@ -14,7 +15,7 @@ def windowed_without_p99(at_s: float) -> Observation:
     its gauges are there, its ITL P99 is not."""
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=1,
+        spec_replicas=1,
         ready_replicas=1,
         num_pods_expected=1,
         num_pods_scraped=1,

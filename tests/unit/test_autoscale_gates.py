@@ -10,6 +10,7 @@ from autoscale_fleet import ITL_SLO_S, itl_quantile, replay_steady
 
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
+    Evidence,
     History,
     LatencyQuantile,
     Mode,
@@ -32,7 +33,7 @@ def reading(
 ) -> Observation:
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=replicas,
+        spec_replicas=replicas,
         ready_replicas=replicas,
         num_pods_expected=replicas,
         num_pods_scraped=replicas,
@@ -50,7 +51,9 @@ def replay_queue(policy: AutoscalePolicy, waiting_series: list[float], replicas:
     out = []
     for index, waiting in enumerate(waiting_series):
         at_s = index * INTERVAL_S
-        decision = decide(policy, history, reading(at_s, replicas=replicas, waiting=waiting), at_s)
+        decision = decide(
+            policy, history, Evidence(reading(at_s, replicas=replicas, waiting=waiting)), at_s
+        )
         history = decision.history
         replicas = decision.desired_replicas
         out.append(decision)
@@ -83,10 +86,10 @@ def test_queue_counts_only_when_it_outlasts_an_interval(series, replicas_after, 
 
 
 def test_a_blind_evaluation_breaks_the_pair_of_queue_readings():
-    history = decide(POLICY, History(), reading(0.0, replicas=1, waiting=13), 0.0).history
+    history = decide(POLICY, History(), Evidence(reading(0.0, replicas=1, waiting=13)), 0.0).history
     blind = replace(reading(5.0, replicas=1, waiting=13), num_requests_running=None)
-    history = decide(POLICY, history, blind, 5.0).history
-    after = decide(POLICY, history, reading(10.0, replicas=1, waiting=13), 10.0)
+    history = decide(POLICY, history, Evidence(blind), 5.0).history
+    after = decide(POLICY, history, Evidence(reading(10.0, replicas=1, waiting=13)), 10.0)
     assert after.desired_replicas == 1 and after.reason_code is Reason.queue_spike
 
 
@@ -128,7 +131,10 @@ def test_scale_down_when_the_smaller_fleet_stays_within_targets(
 def test_scale_down_waits_for_the_window_and_says_why_not():
     policy = replace(POLICY, scale_down_stabilization_s=60.0)
     kept = decide(
-        policy, History(), reading(0.0, replicas=2, waiting=0, itl=itl_quantile(0.028)), 0.0
+        policy,
+        History(),
+        Evidence(reading(0.0, replicas=2, waiting=0, itl=itl_quantile(0.028))),
+        0.0,
     )
     assert kept.mode is Mode.steady
     assert "on 1 replicas" in kept.reason and "P99 ITL would be about 0.056 s" in kept.reason

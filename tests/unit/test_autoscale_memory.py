@@ -3,7 +3,7 @@
 The forecast's load and the records are what a restart would lose; `snapshot` keeps them as
 JSON and `restore` hands them to a fresh state. A restored service keeps its records and its
 fleet; a memory with a hole in it (written long before the restart) measures no new record
-until the new process has watched a whole memory; unreadable memories are refused by field.
+until the new process has watched a whole lookback; unreadable memories are refused by field.
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from hypothesis import strategies as st
 from test_autoscale_records import INTERVAL_S, LEVEL, POLICY, reading, scaled
 
 from tokenpilot.core.autoscale.demand import MAX_MEMORY_S, Jump, record_jump
-from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
-from tokenpilot.core.autoscale.memory import (
-    InvalidMemory,
-    _compact,
-    restore,
-    snapshot,
-)
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.loop import ServiceState, step
+from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
+from tokenpilot.core.autoscale.observation import Current, Load, Now
+from tokenpilot.core.autoscale.plan import DemandMemory, _compact
 
 EPOCH = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -72,9 +68,9 @@ def test_a_restarted_operator_resumes_the_forecast_and_the_records() -> None:
     # The new process: its own monotonic clock (here 7 s), 20 s of wall time later.
     restart = Now(7.0, wall(BEFORE_END_S + 20.0))
     restored = restore(fresh(), memory, restart)
-    assert restored.outlook is not None
-    assert restored.outlook.record_jump == pytest.approx(2.0, rel=1e-4)
-    assert restored.outlook.span_s == pytest.approx(500.0)
+    assert restored.demand.outlook is not None
+    assert restored.demand.outlook.record_jump == pytest.approx(2.0, rel=1e-4)
+    assert restored.demand.outlook.span_s == pytest.approx(500.0)
     # Its next evaluations read the load again; the records stay in its words.
     _, kept, words = run([LEVEL] * 3, restored, replicas, start_s=7.0)
     assert "keep up with a burst 2.0x" in words[-1]
@@ -100,22 +96,28 @@ def test_a_memory_written_long_before_the_restart_keeps_its_records_but_measures
     memory, replicas = written()
     late = restore(fresh(), memory, Now(0.0, wall(BEFORE_END_S + 90.0)))  # killed, not stopped
     soon = restore(fresh(), memory, Now(0.0, wall(BEFORE_END_S + 10.0)))
-    assert soon.jumps_resume_at_s is None
-    assert late.jumps_resume_at_s == pytest.approx(500.0)
-    assert late.outlook is not None and late.outlook.record_jump == pytest.approx(2.0, rel=1e-4)
+    assert soon.demand.jumps_resume_at_s is None
+    assert late.demand.jumps_resume_at_s == pytest.approx(500.0)
+    assert late.demand.outlook is not None and late.demand.outlook.record_jump == pytest.approx(
+        2.0, rel=1e-4
+    )
     # A burst five times the level right after, 2.5x the forecast (which holds the 2x one):
     # measured as a record only by `soon`.
     burst = [scaled(LEVEL, 5.0)] + [LEVEL] * 2
     soon_state, _, _ = run(burst, soon, replicas)
     late_state, _, _ = run(burst, late, replicas)
-    assert max(j.ratio for j in soon_state.jumps) == pytest.approx(2.5, rel=0.05)
-    assert max(j.ratio for j in late_state.jumps) == pytest.approx(2.0, rel=1e-4)
+    assert max(j.ratio for j in soon_state.demand.jumps) == pytest.approx(2.5, rel=0.05)
+    assert max(j.ratio for j in late_state.demand.jumps) == pytest.approx(2.0, rel=1e-4)
 
 
 def test_a_memory_older_than_an_hour_restores_nothing() -> None:
     memory, _ = written()
     restored = restore(fresh(), memory, Now(0.0, wall(BEFORE_END_S + MAX_MEMORY_S + 200.0)))
-    assert restored.load == () and restored.jumps == () and restored.outlook is None
+    assert (
+        restored.demand.load == ()
+        and restored.demand.jumps == ()
+        and restored.demand.outlook is None
+    )
 
 
 @given(
@@ -158,4 +160,5 @@ def test_an_unreadable_memory_is_refused_naming_the_field(change: dict, field: s
 
 def test_a_service_that_counted_nothing_has_no_memory() -> None:
     assert snapshot(fresh(), Now(0.0, wall(0.0))) is None
-    assert snapshot(replace(fresh(), jumps=(Jump(1.0, 0.5, 1.0),)), Now(5.0, wall(5.0)))
+    counted_one = replace(fresh(), demand=DemandMemory(jumps=(Jump(1.0, 0.5, 1.0),)))
+    assert snapshot(counted_one, Now(5.0, wall(5.0)))

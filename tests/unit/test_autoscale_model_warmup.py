@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from _evidence import sized
 from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load
 
 from tokenpilot.core.autoscale import History, Mode, Reason, decide
@@ -27,7 +28,9 @@ def outlook_over(seen_s: float) -> Forecast:
 
 
 def test_a_forecast_younger_than_the_window_keeps_the_fleet_and_says_why() -> None:
-    decision = decide(POLICY, History(), light_load(30.0), 30.0, outlook_over(30.0))
+    decision = decide(
+        POLICY, History(), sized(POLICY, light_load(30.0), outlook_over(30.0), 30.0), 30.0
+    )
     assert decision.desired_replicas == READY
     assert decision.mode is Mode.steady
     assert decision.reason_code is Reason.stabilizing
@@ -37,7 +40,9 @@ def test_a_forecast_younger_than_the_window_keeps_the_fleet_and_says_why() -> No
 
 
 def test_once_the_forecast_has_seen_the_window_the_fleet_steps_down_to_it() -> None:
-    decision = decide(POLICY, History(), light_load(120.0), 120.0, outlook_over(120.0))
+    decision = decide(
+        POLICY, History(), sized(POLICY, light_load(120.0), outlook_over(120.0), 120.0), 120.0
+    )
     assert decision.mode is Mode.scale_down
     assert decision.reason_code is Reason.model_headroom
     assert decision.desired_replicas < READY

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.core import vllm_metrics
-from tokenpilot.core.autoscale import AutoscalePolicy, History, decide
+from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, History, decide
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.rules import rule_groups
@@ -23,7 +23,7 @@ NOT_OURS: set[str] = set()
 def exported() -> OperatorMetrics:
     metrics = OperatorMetrics()
     observation = Observation(0.0, 2, 2, 2, 2, 0.0, 3.0, None, None)
-    decision = decide(AutoscalePolicy(), History(), observation, 0.0)
+    decision = decide(AutoscalePolicy(), History(), Evidence(observation), 0.0)
     metrics.record_decision("ns", "svc", decision, 0.004)
     metrics.record_targets(
         "ns",

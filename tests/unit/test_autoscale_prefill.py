@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from _evidence import sized
 from autoscale_fleet import (
     ITL_SLO_S,
     TTFT_POLICY,
@@ -24,6 +25,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
+    Evidence,
     History,
     LatencyQuantile,
     Mode,
@@ -55,7 +57,7 @@ def reading(
 ) -> Observation:
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=replicas,
+        spec_replicas=replicas,
         ready_replicas=replicas,
         num_pods_expected=replicas,
         num_pods_scraped=replicas,
@@ -84,7 +86,7 @@ def reading(
     ],
 )
 def test_a_ttft_breach_scales_only_when_replicas_can_shorten_it(observation, code, replicas):
-    decision = decide(POLICY, History(), observation, 0.0)
+    decision = decide(POLICY, History(), Evidence(observation), 0.0)
     assert decision.reason_code is code
     assert decision.desired_replicas == replicas
     if code is Reason.prefill_bound:
@@ -152,11 +154,13 @@ prefill_cases = st.builds(
 @settings(max_examples=400, deadline=None)
 @given(prefill_cases, st.one_of(st.none(), st.floats(0, 10)))
 def test_prefill_bound_only_when_no_request_shares_an_engine(observation, last_queue):
-    decision = decide(POLICY, History(last_queue_per_replica=last_queue), observation, 0.0)
+    decision = decide(
+        POLICY, History(last_queue_per_replica=last_queue), Evidence(observation), 0.0
+    )
     if decision.reason_code is not Reason.prefill_bound:
         return
     event("prefill bound")
-    assert decision.desired_replicas == observation.desired_replicas
+    assert decision.desired_replicas == observation.spec_replicas
     in_flight = observation.num_requests_running + observation.num_requests_waiting
     assert in_flight <= observation.num_pods_scraped
     assert observation.ttft.p99_s > TTFT_SLO_S and observation.itl.p99_s <= ITL_SLO_S
@@ -174,7 +178,7 @@ def test_with_a_capacity_model_a_step_down_during_a_prefill_bound_breach_says_wh
     assert outlook is not None and outlook.span_s >= policy.scale_down_stabilization_s
     for ttft_p99_s in (2.4, 0.3):
         observation = reading(4, running=2, ttft_p99_s=ttft_p99_s, at_s=400.0)
-        decision = decide(policy, History(), observation, 400.0, outlook)
+        decision = decide(policy, History(), sized(policy, observation, outlook, 400.0), 400.0)
         assert decision.mode is Mode.scale_down
         assert decision.reason_code is Reason.model_headroom
         assert decision.desired_replicas < 4

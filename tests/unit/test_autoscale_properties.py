@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
     AutoscalePolicy,
+    Evidence,
     History,
     LatencyQuantile,
     Observation,
@@ -59,7 +60,7 @@ def observations(draw):
     expected = draw(st.integers(0, ready))
     return Observation(
         observed_at_s=draw(st.floats(900, 1000)),
-        desired_replicas=desired,
+        spec_replicas=desired,
         ready_replicas=ready,
         num_pods_expected=expected,
         num_pods_scraped=draw(st.integers(0, expected)),
@@ -83,7 +84,7 @@ histories = st.builds(
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policies(), histories, observations())
 def test_never_outside_min_max(policy, history, observation):
-    decision = decide(policy, history, observation, 1000.0)
+    decision = decide(policy, history, Evidence(observation), 1000.0)
     assert policy.min_replicas <= decision.desired_replicas <= policy.max_replicas
     assert decision.reason
 
@@ -128,7 +129,7 @@ def blind_cases(draw):
     observation = replace(
         observation,
         observed_at_s=1000.0,
-        desired_replicas=desired,
+        spec_replicas=desired,
         ready_replicas=max(observation.ready_replicas, expected),
         num_pods_expected=expected,
         num_pods_scraped=min(observation.num_pods_scraped, expected),
@@ -142,8 +143,8 @@ def blind_cases(draw):
 def test_never_scales_down_when_a_signal_is_missing(history, case):
     policy, _, kind, observation = case
     assert _blind(policy, observation, 1000.0), kind
-    decision = decide(policy, history, observation, 1000.0)
-    assert decision.desired_replicas >= observation.desired_replicas, (kind, decision.reason)
+    decision = decide(policy, history, Evidence(observation), 1000.0)
+    assert decision.desired_replicas >= observation.spec_replicas, (kind, decision.reason)
 
 
 # Derandomized: the property is statistical where the load's noise (here +-10 %) is wider than
@@ -193,7 +194,7 @@ def calm_candidates(draw):
     ttft_p99_s = draw(st.floats(0.01, 4.0))
     observation = Observation(
         observed_at_s=1000.0,
-        desired_replicas=replicas,
+        spec_replicas=replicas,
         ready_replicas=replicas,
         num_pods_expected=replicas,
         num_pods_scraped=replicas,
@@ -221,8 +222,8 @@ def test_a_scale_down_leaves_a_fleet_within_targets(case):
     replicas: no step grows, so no latency changes) or is provably under each SLO now with
     each P99 scaled by the load the remaining replicas carry within its SLO."""
     policy, history, observation = case
-    decision = decide(policy, history, observation, 1000.0)
-    if decision.desired_replicas >= observation.desired_replicas:
+    decision = decide(policy, history, Evidence(observation), 1000.0)
+    if decision.desired_replicas >= observation.spec_replicas:
         return
     after = decision.desired_replicas
     waiting = observation.num_requests_waiting or 0.0

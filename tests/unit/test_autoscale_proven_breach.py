@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from _evidence import sized
 from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, itl_quantile
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import (
+    Evidence,
     History,
     LatencyQuantile,
     Mode,
@@ -43,7 +45,7 @@ def shared_engines(ttft_p99_s: float) -> Observation:
     # one prompt's own prefill, and more replicas would help.
     return Observation(
         observed_at_s=400.0,
-        desired_replicas=4,
+        spec_replicas=4,
         ready_replicas=4,
         num_pods_expected=4,
         num_pods_scraped=4,
@@ -64,7 +66,9 @@ def steady_outlook() -> Forecast:
 
 def test_with_a_model_a_p99_inside_the_bucket_that_holds_the_slo_is_no_breach() -> None:
     policy = replace(POLICY, replica_model=MODEL)
-    decision = decide(policy, History(), shared_engines(2.4), 400.0, steady_outlook())
+    decision = decide(
+        policy, History(), sized(policy, shared_engines(2.4), steady_outlook(), 400.0), 400.0
+    )
     assert decision.mode not in (Mode.scale_up, Mode.panic)
     assert decision.reason_code not in (Reason.ttft_over_slo, Reason.prefill_bound)
     assert "P99 TTFT 2.4 s (SLO 2 s; its bucket 1-2.5 s holds the SLO: not provably over)" in (
@@ -74,7 +78,9 @@ def test_with_a_model_a_p99_inside_the_bucket_that_holds_the_slo_is_no_breach() 
 
 def test_with_a_model_a_p99_past_the_bucket_edge_over_the_slo_scales_up() -> None:
     policy = replace(POLICY, replica_model=MODEL)
-    decision = decide(policy, History(), shared_engines(2.6), 400.0, steady_outlook())
+    decision = decide(
+        policy, History(), sized(policy, shared_engines(2.6), steady_outlook(), 400.0), 400.0
+    )
     assert decision.mode in (Mode.scale_up, Mode.panic)
     assert decision.reason_code is Reason.ttft_over_slo
     assert decision.desired_replicas > 4
@@ -82,7 +88,7 @@ def test_with_a_model_a_p99_past_the_bucket_edge_over_the_slo_scales_up() -> Non
 
 
 def test_without_a_model_the_interpolated_p99_still_scales_up() -> None:
-    decision = decide(POLICY, History(), shared_engines(2.4), 400.0, None)
+    decision = decide(POLICY, History(), Evidence(shared_engines(2.4)), 400.0)
     assert decision.mode in (Mode.scale_up, Mode.panic)
     assert decision.reason_code is Reason.ttft_over_slo
     assert "not provably over" not in decision.reason

@@ -26,8 +26,8 @@ from tokenpilot.core.autoscale.demand import (
     record_jump,
     remember_jump,
 )
-from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.loop import ServiceState, step
+from tokenpilot.core.autoscale.observation import Current, Load, Now
 
 MODEL = LINEAR_REPLICA_MODEL
 POLICY = LINEAR_POLICY
@@ -101,8 +101,8 @@ def test_a_jump_is_measured_only_against_a_forecast_that_has_seen_a_whole_memory
         horizon_s=35.0, attainment=0.99,
     )  # fmt: skip
     assert young is not None and full is not None
-    assert jump(young, point(505.0, 3_000.0), memory_s=500.0, waiting_before=0.0) is None
-    measured = jump(full, point(505.0, 3_000.0), memory_s=500.0, waiting_before=0.0)
+    assert jump(young, point(505.0, 3_000.0), lookback_s=500.0, waiting_before=0.0) is None
+    measured = jump(full, point(505.0, 3_000.0), lookback_s=500.0, waiting_before=0.0)
     assert measured is not None
     assert measured.ratio == 3.0
 

@@ -9,19 +9,20 @@ import random
 from dataclasses import replace
 
 import pytest
+from _evidence import sized
 from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load, prompt_rate_points
 
 from tokenpilot.core.autoscale import History, decide
 from tokenpilot.core.autoscale.demand import (
     forecast,
-    memory_s,
+    lookback_s,
     memory_trend,
     trend_confidence_z,
 )
 
 INTERVAL_S = 5.0
 PROMPT_TOKENS_PER_REQUEST = 1_000.0
-MEMORY_S = memory_s(
+MEMORY_S = lookback_s(
     scale_down_window_s=300.0, startup_s=90.0, interval_s=INTERVAL_S, attainment=0.99
 )
 POINTS_PER_MEMORY = round(MEMORY_S / INTERVAL_S)  # 100
@@ -130,8 +131,8 @@ def test_the_status_names_the_trend_the_memory_was_read_on():
     )
     assert falling is not None and level is not None
     policy = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)
-    decision = decide(policy, History(), light_load(600.0), 600.0, falling)
+    decision = decide(policy, History(), sized(policy, light_load(600.0), falling, 600.0), 600.0)
     assert "on the load of now, which fell" in decision.reason
     assert "prompt tokens/s over it" in decision.reason
-    decision = decide(policy, History(), light_load(600.0), 600.0, level)
+    decision = decide(policy, History(), sized(policy, light_load(600.0), level, 600.0), 600.0)
     assert "on the load of now" not in decision.reason

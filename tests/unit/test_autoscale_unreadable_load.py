@@ -11,8 +11,8 @@ from _steps import LinearStep
 
 from tokenpilot.core.autoscale import AutoscalePolicy, Observation
 from tokenpilot.core.autoscale.capacity import ReplicaModel
-from tokenpilot.core.autoscale.loop import Current, Now, ServiceState, step
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.loop import ServiceState, step
+from tokenpilot.core.autoscale.observation import Current, Load, Now
 
 # A step of 5 ms plus 30 us per token: enough of an engine for the capacity model.
 MODEL = ReplicaModel(
@@ -26,7 +26,7 @@ POLICY = AutoscalePolicy(
 def reading(at_s: float, load: Load) -> Observation:
     return Observation(
         observed_at_s=at_s,
-        desired_replicas=2,
+        spec_replicas=2,
         ready_replicas=2,
         num_pods_expected=2,
         num_pods_scraped=2,
@@ -45,9 +45,9 @@ def test_a_non_finite_counter_is_not_remembered_and_the_evaluation_goes_on(bad: 
     current = Current(spec_replicas=2, ready_replicas=2)
     good = Load(30.0, 60_000.0, 0.0, 6_000.0, 30.0)
     state, _, _ = step(state, reading(0.0, good), current, Now(0.0, "t0"))
-    remembered = state.load
+    remembered = state.demand.load
     for field in ("num_prompt_tokens", "num_output_tokens", "num_requests"):
         lying = Load(**{**{f: getattr(good, f) for f in Load.__dataclass_fields__}, field: bad})
         state, decision, _ = step(state, reading(5.0, lying), current, Now(5.0, "t1"))
-        assert state.load == remembered
+        assert state.demand.load == remembered
         assert 1 <= decision.desired_replicas <= 8

@@ -1,23 +1,23 @@
 """A round of the autoscaler over many services: a bounded number at a time, and each one's
-time limit counting its own work, not its wait for a turn."""
+time limit counting its own work, not its wait for a turn. Run in virtual time
+(_virtual_time.py), so every call lasts exactly what it says."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-import pytest
+from _virtual_time import run_virtual
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.metrics import PodEndpoint
-from tokenpilot.handlers import autoscaler
-from tokenpilot.handlers.autoscaler import (
+from tokenpilot.runtime.evaluator import Due, Evaluator
+from tokenpilot.runtime.service_loop import (
     FALLBACK_INTERVAL_S,
     AutoscalerConfig,
     AutoscalerRuntime,
-    Evaluator,
     ServiceLoop,
 )
 
@@ -54,47 +54,47 @@ class QueueingLoop(ServiceLoop):
         return ITS_INTERVAL_S
 
 
-@pytest.fixture
-async def runtime() -> AsyncIterator[AutoscalerRuntime]:
-    rt = AutoscalerRuntime(AutoscalerConfig())
-    yield rt
-    await rt.sources.aclose()
-
-
-def _evaluator(
-    runtime: AutoscalerRuntime, api: SharedApi, num_services: int, max_under_way: int
-) -> tuple[Evaluator, list[tuple[tuple[str, str], dict[str, Any], tuple[PodEndpoint, ...]]]]:
+async def _round(
+    api: SharedApi, num_services: int, max_under_way: int, timeout_s: float
+) -> list[float]:
+    runtime = AutoscalerRuntime(AutoscalerConfig())
     # No API server: every loop is given, so the evaluator never builds one that would call it.
     client = cast(KubeClient, None)
-    evaluator = Evaluator(runtime, client, max_under_way=max_under_way)
-    due = []
+    evaluator = Evaluator(
+        runtime, client, max_under_way=max_under_way, evaluation_timeout_s=timeout_s
+    )
+    due: list[Due] = []
     for index in range(num_services):
         key = ("team", f"svc-{index}")
         loop = QueueingLoop(runtime, client, *key)
         loop.api = api
         evaluator.loops[key] = loop
         due.append((key, {}, ()))
-    return evaluator, due
+    try:
+        return await evaluator.evaluate_all(due)
+    finally:
+        await runtime.sources.aclose()
 
 
-async def test_a_round_runs_at_most_its_bound_at_once_and_evaluates_every_service(
-    runtime: AutoscalerRuntime,
-) -> None:
+def test_a_round_runs_at_most_its_bound_at_once_and_evaluates_every_service() -> None:
     api = SharedApi(call_s=0.001)
-    evaluator, due = _evaluator(runtime, api, num_services=50, max_under_way=4)
-    waits = await evaluator.evaluate_all(due)
+    waits = run_virtual(_round(api, num_services=50, max_under_way=4, timeout_s=30.0))
     assert waits == [ITS_INTERVAL_S] * 50
     assert api.most_under_way == 4
 
 
-async def test_waiting_for_a_turn_does_not_use_up_the_time_limit(
-    runtime: AutoscalerRuntime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # 20 calls of 25 ms queue for 0.5 s in all; each evaluation's own work is a tenth of the
+def test_waiting_for_a_turn_does_not_use_up_the_time_limit() -> None:
+    # 20 calls of 25 s queue for 500 s in all; each evaluation's own work is a tenth of its
     # limit. Started all at once, the later ones would spend the limit waiting and be held.
-    monkeypatch.setattr(autoscaler, "EVALUATION_TIMEOUT_S", 0.25)
-    api = SharedApi(call_s=0.025)
-    evaluator, due = _evaluator(runtime, api, num_services=20, max_under_way=1)
-    waits = await evaluator.evaluate_all(due)
+    api = SharedApi(call_s=25.0)
+    waits = run_virtual(_round(api, num_services=20, max_under_way=1, timeout_s=250.0))
     assert FALLBACK_INTERVAL_S not in waits
     assert waits == [ITS_INTERVAL_S] * 20
+
+
+def test_an_evaluation_over_its_limit_waits_the_fallback_interval() -> None:
+    # One call of 40 s against a 30 s limit: the service is looked at again soon.
+    waits = run_virtual(
+        _round(SharedApi(call_s=40.0), num_services=1, max_under_way=1, timeout_s=30.0)
+    )
+    assert waits == [FALLBACK_INTERVAL_S]

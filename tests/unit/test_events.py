@@ -7,10 +7,12 @@ from typing import Any
 from _llms import service
 
 from tokenpilot.core.autoscale import Decision, History, Mode, Reason, Signals
+from tokenpilot.core.autoscale.report import autoscaler_status, scale_event
 from tokenpilot.core.batching import spec_decision
-from tokenpilot.core.events import ServiceEvent, reconcile_events, scale_event
+from tokenpilot.core.events import reconcile_events
 from tokenpilot.core.pod_health import PodFailure
-from tokenpilot.core.status import DeploymentFacts, autoscaler_status, desired_status
+from tokenpilot.core.service_event import ServiceEvent
+from tokenpilot.core.status import DeploymentFacts, desired_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 READY = DeploymentFacts(1, 1, 2, 2, 2, 2, available_replicas=2)
@@ -73,8 +75,8 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
     first = autoscaler_status(
         None,
         desired_replicas=2,
-        mode="steady",
-        reason_code="WithinTargets",
+        mode=Mode.steady,
+        reason_code=Reason.within_targets,
         reason="queue 0.5 per replica",
         conditions=(),
         now=T0,
@@ -93,8 +95,8 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
     again = autoscaler_status(
         first,
         desired_replicas=2,
-        mode="steady",
-        reason_code="WithinTargets",
+        mode=Mode.steady,
+        reason_code=Reason.within_targets,
         reason="queue 0.7 per replica",
         conditions=(),
         now=T1,
@@ -106,8 +108,8 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
         autoscaler_status(
             again,
             desired_replicas=2,
-            mode="steady",
-            reason_code="WithinTargets",
+            mode=Mode.steady,
+            reason_code=Reason.within_targets,
             reason="queue 0.7 per replica",
             conditions=(),
             now=T1,
@@ -117,8 +119,8 @@ def test_the_autoscaler_status_says_the_latest_words_and_when_the_outcome_change
     moved = autoscaler_status(
         first,
         desired_replicas=3,
-        mode="scale-up",
-        reason_code="QueueOverTarget",
+        mode=Mode.scale_up,
+        reason_code=Reason.queue_over_target,
         reason="queue 6 per replica",
         conditions=(),
         now=T1,

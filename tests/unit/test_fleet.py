@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 import pytest
 from _steps import LinearStep
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot.core.vllm_metrics import TOKEN_LATENCY_BUCKETS_S
-from tokenpilot_lab.fleet import FleetConfig, FleetView, MetricsDelivery, simulate
+from tokenpilot_lab.fleet import FleetConfig, FleetView, simulate
 from tokenpilot_lab.fleet.compare import POLICY_NAMES, contenders, run_contenders
 from tokenpilot_lab.fleet.policies import ScaleChoice, StaticPolicy
 from tokenpilot_lab.fleet.sizing import size_for_opening, size_for_peak
@@ -90,7 +91,7 @@ class Scripted:
     plan: dict[float, int]
     name: str = "scripted"
     interval_s: float = 5.0
-    source: MetricsDelivery = MetricsDelivery.pods
+    source: MetricsSourceType = MetricsSourceType.direct
     views: list[FleetView] = field(default_factory=list)
 
     def decide(self, view: FleetView) -> ScaleChoice:
@@ -133,7 +134,8 @@ def test_policies_see_vllm_histograms_and_the_balancer_spreads_load() -> None:
     simulate(trace, policy, config, ENGINE, TIMER)
     last = policy.views[-1]
     assert len(last.pods) == 3
-    for pod in last.pods:
+    for pod in last.pods.values():
+        assert pod.itl_buckets is not None
         bounds = [le for le, _ in pod.itl_buckets]
         assert bounds[:-1] == list(TOKEN_LATENCY_BUCKETS_S) and math.isinf(bounds[-1])
         counts = [c for _, c in pod.itl_buckets]
@@ -143,7 +145,7 @@ def test_policies_see_vllm_histograms_and_the_balancer_spreads_load() -> None:
 def test_prometheus_sourced_views_lag_by_at_most_one_scrape() -> None:
     @dataclass
     class PromScripted(Scripted):
-        source: MetricsDelivery = MetricsDelivery.prometheus
+        source: MetricsSourceType = MetricsSourceType.prometheus
         interval_s: float = 7.0
 
     trace = poisson(2.0, 200.0, seed=4)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenpilot_lab.fleet import FleetView, PodSample
+from tokenpilot.core.autoscale.window import EngineSample
+from tokenpilot_lab.fleet import FleetView
 from tokenpilot_lab.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy
 from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HpaBehavior,
@@ -18,10 +19,10 @@ from tokenpilot_lab.fleet.policies.hpa_algorithm import (
 def view(
     now_s: float, running: list[int], *, spec: int | None = None, waiting: int = 0
 ) -> FleetView:
-    pods = tuple(
-        PodSample(f"p{i}", now_s, r, waiting if i == 0 else 0, 0.1, (), ())
+    pods = {
+        f"p{i}": EngineSample(now_s, float(waiting if i == 0 else 0), float(r), 0.1, (), ())
         for i, r in enumerate(running)
-    )
+    }
     spec_replicas = len(running) if spec is None else spec
     return FleetView(now_s, now_s, spec_replicas, len(running), spec_replicas - len(running), pods)
 

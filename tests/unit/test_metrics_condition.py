@@ -9,8 +9,8 @@ from autoscale_fleet import ITL_SLO_S, itl_quantile
 
 from tokenpilot.api.llmservice import ConditionStatus
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.autoscale import AutoscalePolicy, History, Observation, decide
-from tokenpilot.core.status import metrics_condition
+from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, History, Observation, decide
+from tokenpilot.core.autoscale.report import metrics_condition
 
 POLICY = AutoscalePolicy(min_replicas=1, max_replicas=4, itl_p99_slo_s=ITL_SLO_S)
 GARBAGE = "pod llm-0: /metrics is not Prometheus text (line 1)"
@@ -19,7 +19,7 @@ GARBAGE = "pod llm-0: /metrics is not Prometheus text (line 1)"
 def seen(**changes: object) -> Observation:
     base = Observation(
         observed_at_s=100.0,
-        desired_replicas=2,
+        spec_replicas=2,
         ready_replicas=2,
         num_pods_expected=2,
         num_pods_scraped=2,
@@ -63,7 +63,7 @@ def seen(**changes: object) -> Observation:
     ],
 )
 def test_condition_says_why_the_autoscaler_cannot_see(observation, status, reason, in_message):
-    decision = decide(POLICY, History(), observation, 100.0)
+    decision = decide(POLICY, History(), Evidence(observation), 100.0)
     found = metrics_condition(
         [], decision, problems=observation.problems, generation=7, now="2026-01-01T00:00:00Z"
     )
@@ -77,10 +77,14 @@ def test_condition_says_why_the_autoscaler_cannot_see(observation, status, reaso
 
 def test_steady_evaluations_leave_the_condition_identical():
     first = metrics_condition(
-        [], decide(POLICY, History(), seen(), 100.0), problems=(), generation=1, now="t1"
+        [], decide(POLICY, History(), Evidence(seen()), 100.0), problems=(), generation=1, now="t1"
     )
     busier = seen(num_requests_running=9.0, itl=itl_quantile(0.03))
     again = metrics_condition(
-        [first], decide(POLICY, History(), busier, 100.0), problems=(), generation=1, now="t2"
+        [first],
+        decide(POLICY, History(), Evidence(busier), 100.0),
+        problems=(),
+        generation=1,
+        now="t2",
     )
     assert again == first  # no status write for a service whose metrics stay readable

@@ -52,7 +52,7 @@ def test_nan_counts_are_no_reading_not_zero_load() -> None:
     from tokenpilot.adapters.metrics.prometheus import PrometheusSource, Queries
 
     pods = tuple(PodEndpoint(f"p{i}", f"http://127.0.0.{i}:8000/metrics") for i in (1, 2))
-    target = ServiceTarget("ns", "svc", desired_replicas=2, ready_replicas=2, pods=pods)
+    target = ServiceTarget("ns", "svc", spec_replicas=2, ready_replicas=2, pods=pods)
     source = PrometheusSource("http://127.0.0.1:9")
     nan = {name: (math.nan, 1.0) for name in Queries.__dataclass_fields__}
     observation = source._observation(target, 100.0, nan)
@@ -85,7 +85,7 @@ def test_a_failed_query_leaves_no_other_query_running() -> None:
             base_url="http://prometheus.test", transport=httpx.MockTransport(prometheus)
         )
         pods = (PodEndpoint("p1", "http://127.0.0.1:8000/metrics"),)
-        target = ServiceTarget("ns", "svc", desired_replicas=1, ready_replicas=1, pods=pods)
+        target = ServiceTarget("ns", "svc", spec_replicas=1, ready_replicas=1, pods=pods)
         observation = await source.read(target, 100.0)
         left = asyncio.all_tasks() - {asyncio.current_task()}
         await source.aclose()

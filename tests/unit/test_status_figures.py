@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale.figures import approx
-from tokenpilot.core.autoscale.loop import ApplyStatus, Current, Now, ServiceState, step
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.loop import ApplyStatus, ServiceState, step
+from tokenpilot.core.autoscale.observation import Current, Load, Now
 
 POLICY = replace(TTFT_POLICY, replica_model=TTFT_REPLICA_MODEL)
 

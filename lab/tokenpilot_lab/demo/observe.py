@@ -73,7 +73,7 @@ class Observer:
         self.rings, observation = observe_scrapes(
             self.rings,
             scrapes,
-            desired_replicas=target.desired_replicas,
+            spec_replicas=target.spec_replicas,
             ready_replicas=target.ready_replicas,
             window_s=VIEW_WINDOW_S,
         )

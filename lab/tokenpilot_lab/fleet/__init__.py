@@ -9,15 +9,13 @@ and a timeline for plotting.
 from tokenpilot_lab.fleet.config import DEFAULT_COLD_START_S, FleetConfig
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline
 from tokenpilot_lab.fleet.simulator import simulate
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
+from tokenpilot_lab.fleet.view import FleetView
 
 __all__ = [
     "DEFAULT_COLD_START_S",
     "FleetConfig",
     "FleetResult",
     "FleetView",
-    "MetricsDelivery",
-    "PodSample",
     "ScaleEvent",
     "Timeline",
     "simulate",

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tokenpilot.core.autoscale.loop import Current, Now, PostEvent, ServiceState, step
-from tokenpilot.core.autoscale.memory import restore, snapshot
-from tokenpilot.core.autoscale.window import EngineSample, PodScrapes
-from tokenpilot.core.events import ServiceEvent
+from tokenpilot.api.llmservice import MetricsSourceType
+from tokenpilot.core.autoscale.loop import PostEvent, ServiceState, step
+from tokenpilot.core.autoscale.memory import SNAPSHOT_EVERY_S, restore, snapshot
+from tokenpilot.core.autoscale.observation import Current, Now
+from tokenpilot.core.autoscale.window import PodScrapes
+from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
+from tokenpilot_lab.fleet.view import FleetView
 
 # Virtual time's wall clock (status timestamps, the memory's writes): this plus its seconds.
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-# How often the operator writes each service's memory (handlers/autoscaler.py).
-MEMORY_EVERY_S = 60.0
 
 
 class RestartMemory(enum.Enum):
@@ -39,7 +39,7 @@ class RestartMemory(enum.Enum):
 class OperatorPolicy:
     state: ServiceState
     name: str = "tokenpilot"
-    source: MetricsDelivery = MetricsDelivery.pods
+    source: MetricsSourceType = MetricsSourceType.direct
     # Virtual seconds at which the operator restarts (an upgrade, a standby's takeover): the
     # service's state starts afresh, as a new process's does, from the memory it finds; the
     # replicas stay.
@@ -60,9 +60,7 @@ class OperatorPolicy:
         if due and view.now_s >= due[0]:
             self._restart(view.now_s)
         scrapes = PodScrapes(
-            at_s=view.scraped_at_s,
-            samples={pod.name: engine_sample(pod) for pod in view.pods},
-            num_pods_expected=view.num_ready,
+            at_s=view.scraped_at_s, samples=view.pods, num_pods_expected=view.num_ready
         )
         current = Current(spec_replicas=view.spec_replicas, ready_replicas=view.num_ready)
         self.state, decision, actions = step(self.state, scrapes, current, _now(view.now_s))
@@ -70,7 +68,7 @@ class OperatorPolicy:
             if isinstance(action, PostEvent) and action.event.warning:
                 self.warnings.append((view.now_s, action.event))
         periodic = self.restarts_at_s and self.restart_memory is RestartMemory.periodic
-        if periodic and view.now_s >= self._written_at_s + MEMORY_EVERY_S:
+        if periodic and view.now_s >= self._written_at_s + SNAPSHOT_EVERY_S:
             self._written, self._written_at_s = snapshot(self.state, _now(view.now_s)), view.now_s
         return ScaleChoice(decision.desired_replicas, decision.reason)
 
@@ -101,20 +99,3 @@ class OperatorPolicy:
 def _now(virtual_s: float) -> Now:
     wall = (_EPOCH + timedelta(seconds=virtual_s)).isoformat().replace("+00:00", "Z")
     return Now(virtual_s, wall)
-
-
-def engine_sample(pod: PodSample) -> EngineSample:
-    """What the direct source's parser reads from a pod's page."""
-    return EngineSample(
-        at_s=pod.at_s,
-        num_requests_waiting=float(pod.num_requests_waiting),
-        num_requests_running=float(pod.num_requests_running),
-        kv_cache_usage=pod.kv_cache_usage,
-        itl_buckets=pod.itl_buckets,
-        ttft_buckets=pod.ttft_buckets,
-        prompt_tokens_total=float(pod.prompt_tokens_total),
-        cached_prompt_tokens_total=float(pod.cached_prompt_tokens_total),
-        output_tokens_total=float(pod.output_tokens_total),
-        requests_total=float(pod.requests_total),
-        itl_sum_s=pod.itl_sum_s,
-    )

@@ -22,12 +22,14 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from tokenpilot.api.llmservice import MetricsSourceType
+from tokenpilot.core.autoscale.window import EngineSample
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery, PodSample
+from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
 from tokenpilot_lab.sim.prefix import chain
 from tokenpilot_lab.sim.request import InvalidRequest
@@ -108,7 +110,7 @@ class FleetSimulation:
         self._pending: deque[int] = deque()
         # Not yet Ready, in Ready-time order (one cold start for all, created in time order).
         self._starting: deque[_Replica] = deque()
-        self._last_pods: tuple[PodSample, ...] = ()
+        self._last_pods: dict[str, EngineSample] = {}
         self._last_scrape_s = 0.0
         self._events: list[ScaleEvent] = []
         self._series_t: list[float] = []
@@ -144,7 +146,7 @@ class FleetSimulation:
             self._new_replica(0.0, 0.0)
         requests = trace.requests
         num_requests = len(requests)
-        prometheus = policy.source is MetricsDelivery.prometheus
+        prometheus = policy.source is MetricsSourceType.prometheus
         next_arrival = 0
         next_scrape_s = 0.0 if prometheus else math.inf
         next_tick_s = policy.interval_s
@@ -266,38 +268,35 @@ class FleetSimulation:
             self._dispatch(pending.popleft(), now_s)
 
     def _scrape(self, now_s: float) -> None:
-        pods: list[PodSample] = []
+        pods: dict[str, EngineSample] = {}
         for replica in self._serving(now_s):
             engine = replica.engine
             log = engine.drain_step_log()
             replica.itl.observe_steps(log.duration_s, log.num_decode_tokens)
             replica.num_output_tokens += sum(log.num_decode_tokens)
-            pods.append(
-                PodSample(
-                    name=replica.name,
-                    at_s=now_s,
-                    num_requests_running=engine.num_running,
-                    num_requests_waiting=engine.num_waiting,
-                    kv_cache_usage=engine.kv_cache_usage,
-                    ttft_buckets=replica.ttft.cumulative(),
-                    itl_buckets=replica.itl.cumulative(),
-                    itl_sum_s=replica.itl.sum_s,
-                    prompt_tokens_total=replica.num_prompt_tokens,
-                    cached_prompt_tokens_total=engine.num_prefix_cache_hits_total,
-                    output_tokens_total=replica.num_output_tokens,
-                    requests_total=replica.num_requests,
-                )
+            pods[replica.name] = EngineSample(
+                at_s=now_s,
+                num_requests_waiting=float(engine.num_waiting),
+                num_requests_running=float(engine.num_running),
+                kv_cache_usage=engine.kv_cache_usage,
+                itl_buckets=replica.itl.cumulative(),
+                ttft_buckets=replica.ttft.cumulative(),
+                prompt_tokens_total=float(replica.num_prompt_tokens),
+                cached_prompt_tokens_total=float(engine.num_prefix_cache_hits_total),
+                output_tokens_total=float(replica.num_output_tokens),
+                requests_total=float(replica.num_requests),
+                itl_sum_s=replica.itl.sum_s,
             )
         # Draining replicas are no longer scraped (not Ready); their step logs are let go.
         for replica in self._live:
             if replica.removed_s is not None:
                 replica.engine.drain_step_log()
-        self._last_pods = tuple(pods)
+        self._last_pods = pods
         self._last_scrape_s = now_s
 
     def _evaluate(self, now_s: float) -> None:
         policy = self.policy
-        if policy.source is MetricsDelivery.pods:
+        if policy.source is MetricsSourceType.direct:
             self._scrape(now_s)
         spec = self._spec_replicas()
         num_ready = len(self._serving(now_s))

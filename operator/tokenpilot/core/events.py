@@ -1,6 +1,6 @@
-"""The Events an LLMService gets, as data: the kube adapter posts them (adapters/kube/events.py).
+"""The reconciler's Events, as data (core.service_event); the kube adapter posts them.
 
-The reconciler's, from what one reconcile applied and how its status changed:
+From what one reconcile applied and how its status changed:
   Applied / DriftCorrected   objects were written (the first tuning rides on the first apply)
   Phase<Phase>               the phase changed (a Warning for Infeasible and Degraded); an
                              Infeasible one carries the refusal's longer reasons
@@ -8,32 +8,20 @@ The reconciler's, from what one reconcile applied and how its status changed:
                              a Warning named for it
   Tuned                      status.tuning changed
 Each comes from a change of status, never from a pass that changed nothing, so a crash loop
-that goes on for an hour is one Event, not one per resync.
-The autoscaler's, from one decision: its reason code when the replicas move, and a Warning
-when it goes blind (missing, stale or partial metrics) for a new reason; and from what the
-engines showed of the step model, a Warning when they are found slower than their profile.
+that goes on for an hour is one Event, not one per resync. The autoscaler's Events are its own
+(core.autoscale.report).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from tokenpilot.api.llmservice import ConditionStatus, Phase, TuningStatus
-from tokenpilot.core.autoscale import Decision
-from tokenpilot.core.autoscale.correction import EnginePace
-from tokenpilot.core.autoscale.decision import BLIND
+from tokenpilot.api.llmservice import Phase, TuningStatus
+from tokenpilot.core.service_event import ServiceEvent
 
 # Triggers that carry a spec the user wrote; the others correct drift.
 SPEC_TRIGGERS = ("create", "update", "resume")
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceEvent:
-    reason: str
-    message: str
-    warning: bool = False
 
 
 def tuned_message(tuning: TuningStatus) -> str:
@@ -94,34 +82,3 @@ def reconcile_events(
     if tuned:
         events.append(ServiceEvent("Tuned", tuned))
     return events
-
-
-def scale_event(
-    current_replicas: int, decision: Decision, previous_reason_code: str | None
-) -> ServiceEvent | None:
-    """The autoscaler's Event for one decision, if it has one: the replicas moved, or the
-    autoscaler went blind (in a way the user can fix) for a reason other than the previous
-    decision's."""
-    changed = decision.desired_replicas != current_replicas
-    blindness = BLIND.get(decision.reason_code)
-    entering_blind = (
-        blindness is not None
-        and blindness.warns
-        and previous_reason_code != decision.reason_code.value
-    )
-    if not (changed or entering_blind):
-        return None
-    return ServiceEvent(
-        decision.reason_code.value,
-        f"{current_replicas} -> {decision.desired_replicas}: {decision.reason}",
-        warning=entering_blind,
-    )
-
-
-def pace_event(previous_reason: str | None, pace: EnginePace) -> ServiceEvent | None:
-    """A Warning when the engines are newly found slower than their profile, or slower in a
-    new way (`BudgetBreaksItl` after `SlowerThanProfile`): once per reason, never per
-    evaluation."""
-    if pace.status is not ConditionStatus.false or pace.reason == previous_reason:
-        return None
-    return ServiceEvent(pace.reason, pace.message, warning=True)

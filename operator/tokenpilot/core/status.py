@@ -21,22 +21,18 @@ each writer applies only what it owns (adapters/kube/status.py).
 
 status.tuning is the batching decision as the API publishes it (`tuning_status`).
 
-The autoscaler's condition, MetricsAvailable, comes from its last outcome (`metrics_condition`):
-False with the hold's reason when it could not see (missing, stale or partial metrics), Unknown
-while no engine pod is ready, True otherwise. `autoscaler_status` is everything the autoscaler
-owns, with the latest evaluation's words.
+What the autoscaler owns in status (`autoscaling`, MetricsAvailable, PaceAsProfiled) is its own
+(core.autoscale.report).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import (
-    AutoscalingStatus,
     BudgetBound,
-    Condition,
     ConditionStatus,
     LLMService,
     LLMServiceStatus,
@@ -44,9 +40,6 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.autoscale import Decision
-from tokenpilot.core.autoscale.correction import EnginePace
-from tokenpilot.core.autoscale.decision import BLIND
 from tokenpilot.core.batching import BatchingDecision, Bound
 from tokenpilot.core.pod_health import PodFailure, verdict
 from tokenpilot.core.render import endpoint, selector_string
@@ -255,100 +248,3 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     return status.model_copy(update={"conditions": own}).model_dump(
         by_alias=True, mode="json", exclude={"autoscaling", "calibration"}, exclude_none=True
     )
-
-
-def metrics_condition(
-    conditions: Sequence[Condition],
-    decision: Decision,
-    *,
-    problems: Sequence[str],
-    generation: int,
-    now: str,
-) -> Condition:
-    """The MetricsAvailable condition after one autoscaler decision (its transition time kept
-    from the one in `conditions` unless its status flips).
-
-    The reason is the decision's code when it was blind, so `kubectl describe` shows why the
-    replicas are held, and MetricsRead otherwise. The message names the problems the metrics
-    source reported but no changing figures, so a steady state writes nothing.
-    """
-    blindness = BLIND.get(decision.reason_code)
-    status, words = (
-        (ConditionStatus.true, "metrics read from every ready engine pod")
-        if blindness is None
-        else (blindness.condition_status, blindness.words)
-    )
-    reason = "MetricsRead" if status is ConditionStatus.true else decision.reason_code.value
-    message = words
-    if status is not ConditionStatus.true:
-        detail = "; ".join(problems)
-        message = (
-            f"{words}{': ' + detail if detail else ''}; "
-            f"replicas held at {decision.desired_replicas}"
-        )
-    return cond.condition(
-        conditions,
-        type_=cond.METRICS_AVAILABLE,
-        status=status,
-        reason=reason,
-        message=message,
-        observed_generation=generation,
-        now=now,
-    )
-
-
-def pace_condition(
-    conditions: Sequence[Condition], pace: EnginePace, *, generation: int, now: str
-) -> Condition:
-    """The PaceAsProfiled condition for what the engines showed of the step model's price
-    (core.autoscale.correction.engine_pace), its transition time kept from the one in
-    `conditions` unless its status flips."""
-    return cond.condition(
-        conditions,
-        type_=cond.PACE_AS_PROFILED,
-        status=pace.status,
-        reason=pace.reason,
-        message=pace.message,
-        observed_generation=generation,
-        now=now,
-    )
-
-
-def autoscaler_status(
-    applied: Mapping[str, Any] | None,
-    *,
-    desired_replicas: int,
-    mode: str,
-    reason_code: str,
-    reason: str,
-    conditions: Sequence[Condition],
-    now: str,
-) -> dict[str, Any]:
-    """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
-    last. status.autoscaling always carries the latest evaluation's words (a reader must never
-    see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
-    reason code) last changed. The autoscaler's conditions (MetricsAvailable, PaceAsProfiled)
-    are the last ones applied when none are given. The caller writes only when the JSON
-    differs from what it applied, as the HPA controller updates its status at each sync whose
-    metrics changed.
-    """
-    previous = applied or {}
-    before = previous.get("autoscaling") or {}
-    outcome = (desired_replicas, mode, reason_code)
-    same = outcome == (before.get("desiredReplicas"), before.get("mode"), before.get("reasonCode"))
-    autoscaling = AutoscalingStatus(
-        desired_replicas=desired_replicas,
-        mode=mode,
-        reason_code=reason_code,
-        reason=reason,
-        last_decision_time=before["lastDecisionTime"] if same else now,
-    )
-    owned: dict[str, Any] = {"autoscaling": autoscaling.model_dump(by_alias=True, mode="json")}
-    if conditions:
-        owned["conditions"] = [
-            c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
-        ]
-    elif "conditions" in previous:
-        # A field left out of an apply is removed: keep the conditions applied before.
-        owned["conditions"] = previous["conditions"]
-    return owned

@@ -57,8 +57,8 @@ from tokenpilot.core.calibration.cluster import (
     render_job,
 )
 from tokenpilot.core.errors import TokenPilotError
-from tokenpilot.core.events import ServiceEvent
 from tokenpilot.core.render import selector_string
+from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot.handlers import background
 from tokenpilot.handlers.reconcile import Runtime, reconcile
 

@@ -29,10 +29,10 @@ from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.core.calibration.cluster import JobSettings
-from tokenpilot.handlers import calibration, llmservice  # noqa: F401  (registers handlers)
-from tokenpilot.handlers.autoscaler import AutoscalerConfig
+from tokenpilot.handlers import autoscaler, calibration, llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.leadership import LeaderElection, guarded_session, lead
 from tokenpilot.handlers.reconcile import Runtime
+from tokenpilot.runtime.service_loop import AutoscalerConfig
 
 log = logging.getLogger("tokenpilot.operator")
 

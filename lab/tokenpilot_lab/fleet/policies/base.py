@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot.api.llmservice import MetricsSourceType
+from tokenpilot_lab.fleet.view import FleetView
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,6 @@ class FleetPolicy(Protocol):
 
     name: str
     interval_s: float
-    source: MetricsDelivery
+    source: MetricsSourceType
 
     def decide(self, view: FleetView) -> ScaleChoice: ...

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HPA_SYNC_PERIOD_S,
     HpaBehavior,
     pods_metric_recommendation,
 )
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot_lab.fleet.view import FleetView
 
 
 @dataclass(slots=True)
@@ -26,14 +27,14 @@ class HpaPolicy:
     max_replicas: int
     name: str = "hpa"
     interval_s: float = HPA_SYNC_PERIOD_S
-    source: MetricsDelivery = MetricsDelivery.prometheus
+    source: MetricsSourceType = MetricsSourceType.prometheus
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:
         self._behavior = HpaBehavior(self.min_replicas, self.max_replicas)
 
     def decide(self, view: FleetView) -> ScaleChoice:
-        samples = [float(p.num_requests_running) for p in view.pods]
+        samples = [p.num_requests_running or 0.0 for p in view.pods.values()]
         num_missing = max(0, view.spec_replicas - len(samples))
         recommended, why = pods_metric_recommendation(
             view.spec_replicas, samples, num_missing, self.target_running_per_replica

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.policies.hpa_algorithm import (
     HPA_SYNC_PERIOD_S,
     HpaBehavior,
     external_average_recommendation,
 )
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot_lab.fleet.view import FleetView
 
 
 @dataclass(slots=True)
@@ -38,7 +39,7 @@ class KedaPolicy:
     max_replicas: int
     name: str = "keda"
     interval_s: float = HPA_SYNC_PERIOD_S
-    source: MetricsDelivery = MetricsDelivery.prometheus
+    source: MetricsSourceType = MetricsSourceType.prometheus
     _behavior: HpaBehavior = field(init=False)
 
     def __post_init__(self) -> None:

@@ -25,8 +25,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot_lab.fleet.view import FleetView
 
 KPA_TICK_S = 10.0  # AIBrix's PodAutoscaler DefaultResyncInterval
 KPA_STABLE_WINDOW_S = 180.0
@@ -44,7 +45,7 @@ class KpaPolicy:
     max_replicas: int
     name: str = "aibrix-kpa"
     interval_s: float = KPA_TICK_S
-    source: MetricsDelivery = MetricsDelivery.pods
+    source: MetricsSourceType = MetricsSourceType.direct
     stable_window_s: float = KPA_STABLE_WINDOW_S
     panic_window_s: float = KPA_PANIC_WINDOW_S
     _samples: deque[tuple[float, float]] = field(default_factory=deque)

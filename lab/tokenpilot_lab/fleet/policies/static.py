@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
-from tokenpilot_lab.fleet.view import FleetView, MetricsDelivery
+from tokenpilot_lab.fleet.view import FleetView
 
 
 @dataclass(slots=True)
@@ -13,7 +14,7 @@ class StaticPolicy:
     replicas: int
     name: str = "static-peak"
     interval_s: float = 60.0
-    source: MetricsDelivery = MetricsDelivery.prometheus
+    source: MetricsSourceType = MetricsSourceType.prometheus
 
     def decide(self, view: FleetView) -> ScaleChoice:
         return ScaleChoice(self.replicas, f"fixed at {self.replicas} replicas")

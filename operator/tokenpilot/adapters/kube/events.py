@@ -7,7 +7,7 @@ from typing import Any
 from tokenpilot.adapters.kube.client import KubeClient
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.api.llmservice import API_VERSION, KIND
-from tokenpilot.core.events import ServiceEvent
+from tokenpilot.core.service_event import ServiceEvent
 
 COMPONENT = "tokenpilot-operator"
 

@@ -28,7 +28,7 @@ class ServiceTarget:
 
     namespace: str
     name: str
-    desired_replicas: int
+    spec_replicas: int
     ready_replicas: int
     pods: tuple[PodEndpoint, ...]
     read_ttft: bool = True

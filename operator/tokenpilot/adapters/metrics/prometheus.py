@@ -156,7 +156,7 @@ class PrometheusSource:
     def _blind(self, target: ServiceTarget, now_s: float, why: str) -> Observation:
         return Observation(
             observed_at_s=now_s,
-            desired_replicas=target.desired_replicas,
+            spec_replicas=target.spec_replicas,
             ready_replicas=target.ready_replicas,
             num_pods_expected=len(target.pods),
             num_pods_scraped=0,
@@ -201,7 +201,7 @@ class PrometheusSource:
             observed_at_s = now_s - max(0.0, evaluated_at_unix - sample_unix)
         return Observation(
             observed_at_s=observed_at_s,
-            desired_replicas=target.desired_replicas,
+            spec_replicas=target.spec_replicas,
             ready_replicas=target.ready_replicas,
             num_pods_expected=len(target.pods),
             num_pods_scraped=min(num_series, len(target.pods)),

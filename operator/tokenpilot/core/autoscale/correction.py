@@ -113,7 +113,7 @@ def pace_reading(model: ReplicaModel, load: Load, mix: Demand, at_s: float) -> P
         return None
     per_replica_s = load.interval_s * load.num_pods
     share = Demand(
-        max(0.0, load.num_prompt_tokens - load.num_cached_prompt_tokens) / per_replica_s,
+        load.computed_prompt_tokens / per_replica_s,
         load.num_output_tokens / per_replica_s,
         mix.mean_prompt_tokens,
         mix.mean_output_tokens,
@@ -153,16 +153,16 @@ def engine_slowness(pace: float | None) -> float:
     return pace if pace is not None and pace > 1.0 + PACE_TOLERANCE else 1.0
 
 
-def engine_pace(model: ReplicaModel, pace: float | None, memory_s: float) -> EnginePace:
+def engine_pace(model: ReplicaModel, pace: float | None, lookback_s: float) -> EnginePace:
     """The `PaceAsProfiled` condition for engines whose `measured_pace` over the last
-    `memory_s` is `pace` (None: not measured), priced by `model` at the profile's pace. No
+    `lookback_s` is `pace` (None: not measured), priced by `model` at the profile's pace. No
     figure that moves every interval is in a message, so a steady pace writes no status."""
     slowness = engine_slowness(pace)
     if pace is None:
         return EnginePace(
             ConditionStatus.unknown,
             "PaceNotMeasured",
-            f"fewer than {MIN_STEP_SAMPLES} intervals of the last {memory_s:.0f} s had the "
+            f"fewer than {MIN_STEP_SAMPLES} intervals of the last {lookback_s:.0f} s had the "
             f"{MIN_ITL_GAPS} token gaps it takes to measure the engines' step; the step model "
             "prices steps as the GPU profile does",
         )
@@ -171,11 +171,11 @@ def engine_pace(model: ReplicaModel, pace: float | None, memory_s: float) -> Eng
             ConditionStatus.true,
             "AsProfiled",
             f"the engines' steps take the step model's price to within its "
-            f"{PACE_TOLERANCE:.0%} error, or less (measured over the last {memory_s:.0f} s)",
+            f"{PACE_TOLERANCE:.0%} error, or less (measured over the last {lookback_s:.0f} s)",
         )
     measured = (
         f"the engines' steps take {approx(slowness)}x the step model's price (measured over "
-        f"the last {memory_s:.0f} s); the fleet is sized at that pace"
+        f"the last {lookback_s:.0f} s); the fleet is sized at that pace"
     )
     itl_s = model.itl_slo_s
     at_pace_s = model.slowed(slowness).chunk_alone_step_s()

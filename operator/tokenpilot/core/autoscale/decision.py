@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tokenpilot.api.llmservice import ConditionStatus
+from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import History
 
 
@@ -46,6 +47,8 @@ class Reason(StrEnum):
     sustained_headroom = "SustainedHeadroom"
     model_headroom = "ModelHeadroom"
     predicted_demand = "PredictedDemand"
+    # The spec cannot be turned into a policy: the replicas are kept as they are.
+    invalid_spec = "InvalidSpec"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +120,27 @@ class Signals:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefillBound:
+    """A P99 TTFT over its SLO set by prompt length: every request in flight has an engine to
+    itself, so its TTFT is its own prefill, which no replica count shortens."""
+
+    ttft_p99_s: float
+    ttft_slo_s: float
+    in_flight_per_replica: float
+
+    def __str__(self) -> str:
+        return (
+            f"P99 TTFT {approx(self.ttft_p99_s)} s over the {self.ttft_slo_s:g} s SLO with "
+            f"{approx(self.in_flight_per_replica)} requests in flight per replica: each has an "
+            "engine to itself, so its TTFT is its own prefill, set by prompt length; more "
+            "replicas cannot shorten one prefill"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """One evaluation's outcome. `history` is what to pass to the next decide() call."""
+    """One evaluation's outcome. `history` is what to pass to the next decide() call;
+    `prefill_bound` is set when a TTFT breach no fleet size shortens shaped it."""
 
     desired_replicas: int
     mode: Mode
@@ -126,3 +148,4 @@ class Decision:
     reason: str
     signals: Signals
     history: History
+    prefill_bound: PrefillBound | None = None

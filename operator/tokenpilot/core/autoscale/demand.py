@@ -1,7 +1,7 @@
 """The demand to size for: the load of the recent past and its trend, over the startup horizon.
 
 Each evaluation adds one point, the engines' counters over the interval since the previous one
-(prompt tokens to prefill, output tokens, requests). From the points of the last `memory_s`
+(prompt tokens to prefill, output tokens, requests). From the points of the last `lookback_s`
 (the scale-down window, and long enough to hold a burst as rare as the attainment target
 allows) `forecast` derives the demand a fleet asked for now must serve:
 
@@ -120,7 +120,7 @@ class Forecast:
         return self.demand.scaled(self.record_jump)
 
 
-def memory_s(
+def lookback_s(
     *, scale_down_window_s: float, startup_s: float, interval_s: float, attainment: float
 ) -> float:
     """How long the forecast remembers load: the scale-down window and the startup horizon,
@@ -144,13 +144,13 @@ def remember(
 
 
 def jump(
-    previous: Forecast | None, point: LoadPoint, *, memory_s: float, waiting_before: float
+    previous: Forecast | None, point: LoadPoint, *, lookback_s: float, waiting_before: float
 ) -> Jump | None:
     """`point`'s arrived prompt rate (as the forecast counts it; `waiting_before` the queue at
     the interval's start) over the prompt rate `previous` forecast; None while that forecast
     had not seen a whole memory (a jump over a short memory says the memory is short, not that
     the load has records)."""
-    if previous is None or previous.span_s < memory_s - point.interval_s - 1e-9:
+    if previous is None or previous.span_s < lookback_s - point.interval_s - 1e-9:
         return None
     sized = previous.demand.prompt_tokens_per_s
     if sized <= 0:

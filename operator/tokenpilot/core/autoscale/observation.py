@@ -1,6 +1,7 @@
-"""What a metrics source saw of one service at one time, and the history decide() threads on.
+"""What a metrics source saw of one service at one time, what the cluster says of it, the
+clock, and the history decide() threads on.
 
-Both are small frozen values. A metrics source fills the metric fields; the caller adds the
+All are small frozen values. A metrics source fills the metric fields; the caller adds the
 replica counts from the cluster (or the simulator's fleet). A field set to None means "could not
 be read" and makes decide() hold; zero traffic is not missing: a latency histogram with no
 observations in the window reads as `LatencyQuantile(num_observations=0)`.
@@ -9,7 +10,28 @@ observations in the window reads as `LatencyQuantile(num_observations=0)`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from tokenpilot.api.llmservice import Condition
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """What the cluster says at this evaluation."""
+
+    spec_replicas: int
+    ready_replicas: int
+    generation: int = 0
+    conditions: Sequence[Condition] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The clock, read once: monotonic seconds for windows, RFC 3339 text for status."""
+
+    monotonic_s: float
+    wall: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +110,9 @@ class Load:
         )
 
     @property
-    def computed_prompt_tokens_per_s(self) -> float:
-        """Prompt tokens the engines had to prefill (not found in the prefix cache), per second."""
-        if self.interval_s <= 0:
-            return 0.0
-        return max(0.0, self.num_prompt_tokens - self.num_cached_prompt_tokens) / self.interval_s
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.num_output_tokens / self.interval_s if self.interval_s > 0 else 0.0
+    def computed_prompt_tokens(self) -> float:
+        """Prompt tokens the engines had to prefill: those not found in the prefix cache."""
+        return max(0.0, self.num_prompt_tokens - self.num_cached_prompt_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +120,8 @@ class Observation:
     """One service's signals at `observed_at_s` (same clock as decide's `now_s`).
 
     Replica counts:
-    - `desired_replicas`: the scale subresource's spec.replicas when observed.
-    - `ready_replicas`: engine pods that are Ready; `desired - ready` are starting.
+    - `spec_replicas`: the scale subresource's spec.replicas when observed.
+    - `ready_replicas`: engine pods that are Ready; `spec - ready` are starting.
     - `num_pods_expected`: ready pods the source tried to read; `num_pods_scraped`: those it
       read successfully. Sums below cover the scraped pods only.
 
@@ -114,7 +130,7 @@ class Observation:
     """
 
     observed_at_s: float
-    desired_replicas: int
+    spec_replicas: int
     ready_replicas: int
     num_pods_expected: int
     num_pods_scraped: int

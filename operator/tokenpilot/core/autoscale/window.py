@@ -56,7 +56,7 @@ def observe_scrapes(
     rings: Mapping[str, Ring],
     scrapes: PodScrapes,
     *,
-    desired_replicas: int,
+    spec_replicas: int,
     ready_replicas: int,
     window_s: float,
 ) -> tuple[dict[str, Ring], Observation]:
@@ -75,7 +75,7 @@ def observe_scrapes(
     observation = observe_rings(
         {name: kept[name] for name in scrapes.samples},
         observed_at_s=scrapes.at_s,
-        desired_replicas=desired_replicas,
+        spec_replicas=spec_replicas,
         ready_replicas=ready_replicas,
         num_pods_expected=scrapes.num_pods_expected,
         problems=scrapes.problems,
@@ -172,7 +172,7 @@ def observe_rings(
     rings: Mapping[str, Ring],
     *,
     observed_at_s: float,
-    desired_replicas: int,
+    spec_replicas: int,
     ready_replicas: int,
     num_pods_expected: int,
     problems: Sequence[str] = (),
@@ -193,7 +193,7 @@ def observe_rings(
     kv = [s.kv_cache_usage for s in latest if s.kv_cache_usage is not None]
     return Observation(
         observed_at_s=observed_at_s,
-        desired_replicas=desired_replicas,
+        spec_replicas=spec_replicas,
         ready_replicas=ready_replicas,
         num_pods_expected=num_pods_expected,
         num_pods_scraped=len(fresh),

@@ -1,0 +1,224 @@
+"""What one evaluation tells the user: the autoscaler's status, its conditions and its Events.
+
+The autoscaler owns, in an LLMService's status, `autoscaling` (the decision: replicas, mode,
+reason code and words, and when the outcome last changed) and two conditions:
+
+  MetricsAvailable  False with the hold's reason when it could not see (missing, stale or
+                    partial metrics), Unknown while no engine pod is ready or a P99 waits for
+                    its second scrape, True otherwise
+  PaceAsProfiled    what the engines' steps showed of the step model's price
+                    (core.autoscale.correction.engine_pace); only where a capacity model
+                    sizes the fleet
+
+Its Events: the decision's reason code when the replicas move; a Warning when it goes blind in
+a way the user can fix, for a reason other than the last one; a Warning when the engines are
+newly found slower than their profile. Each comes from a change, never from an evaluation that
+changed nothing. The reconciler's status and Events are its own (core.status, core.events):
+each writer applies only what it owns (adapters/kube/status.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpilot.api.llmservice import AutoscalingStatus, Condition, ConditionStatus
+from tokenpilot.core import conditions as cond
+from tokenpilot.core.autoscale.correction import EnginePace
+from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason
+from tokenpilot.core.autoscale.observation import Current, Now
+from tokenpilot.core.service_event import ServiceEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One evaluation's Events, in order, and everything the autoscaler owns in status."""
+
+    events: tuple[ServiceEvent, ...]
+    owned: dict[str, Any]
+
+
+def report(
+    applied: Mapping[str, Any] | None,
+    current: Current,
+    decision: Decision,
+    *,
+    problems: Sequence[str],
+    pace: EnginePace | None,
+    now: Now,
+) -> Report:
+    """The Events and status of `decision`, from the status the autoscaler `applied` last (or,
+    before its first apply, the conditions the cluster shows). `pace` is the PaceAsProfiled
+    verdict, None where no capacity model sizes the fleet."""
+    previous = (applied or {}).get("autoscaling") or {}
+    events = []
+    scaled = scale_event(current.spec_replicas, decision, previous.get("reasonCode"))
+    if scaled is not None:
+        events.append(scaled)
+    known = _applied_conditions(applied) or current.conditions
+    conditions = [
+        metrics_condition(
+            known, decision, problems=problems, generation=current.generation, now=now.wall
+        )
+    ]
+    if pace is not None:
+        before = cond.find(known, cond.PACE_AS_PROFILED)
+        conditions.append(pace_condition(known, pace, generation=current.generation, now=now.wall))
+        warning = pace_event(None if before is None else before.reason, pace)
+        if warning is not None:
+            events.append(warning)
+    owned = autoscaler_status(
+        applied,
+        desired_replicas=decision.desired_replicas,
+        mode=decision.mode,
+        reason_code=decision.reason_code,
+        reason=decision.reason,
+        conditions=conditions,
+        now=now.wall,
+    )
+    return Report(tuple(events), owned)
+
+
+def invalid_spec_status(
+    applied: Mapping[str, Any] | None, replicas: int, words: str, now: Now
+) -> dict[str, Any]:
+    """A spec the autoscaler cannot use: the replicas kept, and why, as the status to apply."""
+    return autoscaler_status(
+        applied,
+        desired_replicas=replicas,
+        mode=Mode.hold,
+        reason_code=Reason.invalid_spec,
+        reason=f"autoscaling spec unusable: {words}",
+        conditions=(),
+        now=now.wall,
+    )
+
+
+def metrics_condition(
+    conditions: Sequence[Condition],
+    decision: Decision,
+    *,
+    problems: Sequence[str],
+    generation: int,
+    now: str,
+) -> Condition:
+    """The MetricsAvailable condition after one decision (its transition time kept from the one
+    in `conditions` unless its status flips).
+
+    The reason is the decision's code when it was blind, so `kubectl describe` shows why the
+    replicas are held, and MetricsRead otherwise. The message names the problems the metrics
+    source reported but no changing figures, so a steady state writes nothing.
+    """
+    blindness = BLIND.get(decision.reason_code)
+    status, words = (
+        (ConditionStatus.true, "metrics read from every ready engine pod")
+        if blindness is None
+        else (blindness.condition_status, blindness.words)
+    )
+    reason = "MetricsRead" if status is ConditionStatus.true else decision.reason_code.value
+    message = words
+    if status is not ConditionStatus.true:
+        detail = "; ".join(problems)
+        message = (
+            f"{words}{': ' + detail if detail else ''}; "
+            f"replicas held at {decision.desired_replicas}"
+        )
+    return cond.condition(
+        conditions,
+        type_=cond.METRICS_AVAILABLE,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        now=now,
+    )
+
+
+def pace_condition(
+    conditions: Sequence[Condition], pace: EnginePace, *, generation: int, now: str
+) -> Condition:
+    """The PaceAsProfiled condition for what the engines showed of the step model's price, its
+    transition time kept from the one in `conditions` unless its status flips."""
+    return cond.condition(
+        conditions,
+        type_=cond.PACE_AS_PROFILED,
+        status=pace.status,
+        reason=pace.reason,
+        message=pace.message,
+        observed_generation=generation,
+        now=now,
+    )
+
+
+def autoscaler_status(
+    applied: Mapping[str, Any] | None,
+    *,
+    desired_replicas: int,
+    mode: Mode,
+    reason_code: Reason,
+    reason: str,
+    conditions: Sequence[Condition],
+    now: str,
+) -> dict[str, Any]:
+    """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
+    last. status.autoscaling always carries the latest evaluation's words (a reader must never
+    see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
+    reason code) last changed. The conditions are the last ones applied when none are given.
+    The caller writes only when the JSON differs from what it applied, as the HPA controller
+    updates its status at each sync whose metrics changed.
+    """
+    previous = applied or {}
+    before = previous.get("autoscaling") or {}
+    outcome = (desired_replicas, mode.value, reason_code.value)
+    same = outcome == (before.get("desiredReplicas"), before.get("mode"), before.get("reasonCode"))
+    autoscaling = AutoscalingStatus(
+        desired_replicas=desired_replicas,
+        mode=mode.value,
+        reason_code=reason_code.value,
+        reason=reason,
+        last_decision_time=before["lastDecisionTime"] if same else now,
+    )
+    owned: dict[str, Any] = {"autoscaling": autoscaling.model_dump(by_alias=True, mode="json")}
+    if conditions:
+        owned["conditions"] = [
+            c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions
+        ]
+    elif "conditions" in previous:
+        # A field left out of an apply is removed: keep the conditions applied before.
+        owned["conditions"] = previous["conditions"]
+    return owned
+
+
+def scale_event(
+    current_replicas: int, decision: Decision, previous_reason_code: str | None
+) -> ServiceEvent | None:
+    """The Event for one decision, if it has one: the replicas moved, or the autoscaler went
+    blind (in a way the user can fix) for a reason other than the previous decision's."""
+    changed = decision.desired_replicas != current_replicas
+    blindness = BLIND.get(decision.reason_code)
+    entering_blind = (
+        blindness is not None
+        and blindness.warns
+        and previous_reason_code != decision.reason_code.value
+    )
+    if not (changed or entering_blind):
+        return None
+    return ServiceEvent(
+        decision.reason_code.value,
+        f"{current_replicas} -> {decision.desired_replicas}: {decision.reason}",
+        warning=entering_blind,
+    )
+
+
+def pace_event(previous_reason: str | None, pace: EnginePace) -> ServiceEvent | None:
+    """A Warning when the engines are newly found slower than their profile, or slower in a
+    new way (`BudgetBreaksItl` after `SlowerThanProfile`): once per reason, never per
+    evaluation."""
+    if pace.status is not ConditionStatus.false or pace.reason == previous_reason:
+        return None
+    return ServiceEvent(pace.reason, pace.message, warning=True)
+
+
+def _applied_conditions(applied: Mapping[str, Any] | None) -> list[Condition]:
+    return [Condition.model_validate(c) for c in (applied or {}).get("conditions", [])]

@@ -1,0 +1,159 @@
+"""The autoscaler loop: one operator-wide task evaluating every autoscaling LLMService.
+
+Each round lists the LLMServices and the engine pods of the operator's namespaces, one listing
+each per namespace whatever the number of services, and evaluates every one with
+spec.autoscaling.enabled whose own `spec.autoscaling.interval` (5 s by default) has elapsed,
+`max_under_way` at a time (runtime.service_loop). No per-object daemon or timer: kopf would put
+its finalizer on every autoscaled object, and an LLMService could not be deleted while the
+operator is down. Deletion stays the garbage collector's job, as for the reconciler.
+
+Every evaluation has a time limit and its own error handling, so a broken engine or an
+unreachable Prometheus holds that service only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.adapters.kube.llmservices import list_llmservices
+from tokenpilot.adapters.kube.pods import ready_engine_pods_by_service
+from tokenpilot.adapters.metrics import PodEndpoint
+from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.runtime.memories import Key, MemoryKeeper
+from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime, ServiceLoop
+
+log = logging.getLogger("tokenpilot.autoscaler")
+
+# The longest one evaluation may take (scrapes have their own, shorter timeout).
+EVALUATION_TIMEOUT_S = 30.0
+# The longest the loop sleeps between listings, so a new service is seen this soon.
+MAX_IDLE_S = 2.0
+# How many evaluations a round runs at once. Their API calls share asyncio's thread pool (six
+# threads on two cores), so more at once only queue there, each deciding on a reading that
+# ages while it waits for a thread (docs/reliability.md, Soak). A bounded evaluation scrapes,
+# decides and applies in one go, and its time limit counts its own work.
+MAX_EVALUATIONS_UNDER_WAY = 32
+
+Due = tuple[Key, Mapping[str, Any], tuple[PodEndpoint, ...]]
+
+
+def _enabled(body: Mapping[str, Any]) -> bool:
+    meta = body.get("metadata", {})
+    return bool(body.get("spec", {}).get("autoscaling", {}).get("enabled")) and not meta.get(
+        "deletionTimestamp"
+    )
+
+
+@dataclass
+class Evaluator:
+    """The operator-wide loop's state: one ServiceLoop per autoscaled service, and when each
+    is due next (monotonic seconds)."""
+
+    runtime: AutoscalerRuntime
+    client: KubeClient
+    namespaces: Sequence[str] = ()
+    profile_of: Callable[[str], GPUProfile] | None = None
+    loops: dict[Key, ServiceLoop] = field(default_factory=dict)
+    due_s: dict[Key, float] = field(default_factory=dict)
+    max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
+    evaluation_timeout_s: float = EVALUATION_TIMEOUT_S
+    memories: MemoryKeeper = field(init=False)
+    _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.memories = MemoryKeeper(self.client, self.runtime.config.memory_namespace)
+
+    async def round(self) -> float:
+        """Evaluate every due service, `max_under_way` at a time; returns the seconds until
+        the next is due. The round waits for all of them: rounds that did not wait started
+        evaluations faster than the API calls behind them finished (docs/reliability.md)."""
+        clock = self.runtime.clock
+        await self.memories.read(clock.monotonic_s())
+        items = await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
+        bodies = {
+            (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
+            for item in items
+            if _enabled(item)
+        }
+        for key in set(self.loops) - set(bodies):
+            self._forget(key)
+        self.memories.keep_only(bodies)
+        now_s = clock.monotonic_s()
+        due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s]
+        if due:
+            pods = await asyncio.to_thread(
+                ready_engine_pods_by_service, self.client, self.namespaces
+            )
+            waits = await self.evaluate_all([(key, bodies[key], pods.get(key, ())) for key in due])
+            for key, wait_s in zip(due, waits, strict=True):
+                self.due_s[key] = now_s + wait_s
+        await self.write_memories(only_due=True)
+        next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - clock.monotonic_s()
+        return max(0.0, min(next_s, MAX_IDLE_S))
+
+    async def evaluate_all(self, due: Sequence[Due]) -> list[float]:
+        """Evaluate each (service, listed body, Ready pods), `max_under_way` at a time; the
+        seconds each asks to wait, in order."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_under_way)
+        slots = self._slots
+
+        async def bounded(key: Key, body: Mapping[str, Any], pods: Any) -> float:
+            async with slots:
+                return await self._evaluate(key, body, pods)
+
+        return list(await asyncio.gather(*(bounded(*item) for item in due)))
+
+    async def _evaluate(
+        self, key: Key, body: Mapping[str, Any], pods: tuple[PodEndpoint, ...]
+    ) -> float:
+        loop = self.loops.get(key)
+        if loop is None:
+            loop = ServiceLoop(
+                self.runtime,
+                self.client,
+                *key,
+                profile_of=self.profile_of,
+                memory=self.memories.take(key),
+            )
+            self.loops[key] = loop
+        try:
+            # asyncio.timeout, not wait_for, which on Python 3.11 can lose a cancel (shutdown).
+            async with asyncio.timeout(self.evaluation_timeout_s):
+                return await loop.evaluate(body, pods)
+        except TimeoutError:
+            # A hung API call or scrape: this service skips a round, the others go on.
+            log.warning("%s/%s: evaluation took over %g s", *key, self.evaluation_timeout_s)
+        except Exception:
+            # A bug must not stop the autoscaling of every other service; log it loudly.
+            log.exception("%s/%s: evaluation failed", *key)
+        return FALLBACK_INTERVAL_S
+
+    async def write_memories(self, *, only_due: bool = False) -> None:
+        """Write the memory shards that are due (all of them at shutdown)."""
+        await self.memories.write(self.runtime.clock.monotonic_s(), self.loops, only_due=only_due)
+
+    def _forget(self, key: Key) -> None:
+        """A deleted (or no longer autoscaled) service: drop its state and its series."""
+        self.loops.pop(key, None)
+        self.due_s.pop(key, None)
+        with contextlib.suppress(KeyError):
+            self.runtime.metrics.forget(*key)
+
+
+async def run_forever(evaluator: Evaluator) -> None:
+    """Rounds until cancelled; a failed listing is retried after MAX_IDLE_S."""
+    while True:
+        try:
+            wait_s = await evaluator.round()
+        except KubeError as error:
+            # The API server hiccupped; the next round lists again.
+            log.warning("autoscaler: cannot list LLMServices or engine pods: %s", error)
+            wait_s = MAX_IDLE_S
+        await asyncio.sleep(wait_s)
