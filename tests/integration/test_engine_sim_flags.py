@@ -33,13 +33,17 @@ def test_flags_a_renderer_emits_are_understood() -> None:
     )  # fmt: skip
     assert opts.model == "meta-llama/Llama-3.1-8B-Instruct"
     assert opts.served_model_names == ("chat", "llama")
-    assert (opts.max_num_batched_tokens, opts.max_num_seqs, opts.max_model_len) == (
+    assert (
+        opts.limits.max_num_batched_tokens,
+        opts.limits.max_num_seqs,
+        opts.limits.max_model_len,
+    ) == (
         4096,
         64,
         16384,
     )
     assert opts.tensor_parallel_size == 2 and opts.gpu_memory_utilization == 0.85
-    assert opts.enable_chunked_prefill is False
+    assert opts.limits.enable_chunked_prefill is False
     assert (opts.host, opts.port) == ("10.0.0.7", 9001)
     assert opts.ignored == ()
 
@@ -47,7 +51,7 @@ def test_flags_a_renderer_emits_are_understood() -> None:
 def test_unknown_flags_are_kept_aside_not_fatal() -> None:
     opts = options.parse(["m", "--some-future-flag", "--max-num-seqs", "8"])
     assert opts.ignored == ("--some-future-flag",)
-    assert opts.max_num_seqs == 8
+    assert opts.limits.max_num_seqs == 8
 
 
 @pytest.mark.parametrize(

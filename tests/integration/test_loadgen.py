@@ -43,7 +43,7 @@ async def engines(*argvs: Sequence[str]) -> AsyncIterator[list[str]]:
         for argv in argvs:
             opts = options.parse(["--served-model-name", "sim", *argv])
             config, timer, _ = timing.build(opts)
-            served = ServedModel(opts.served_model_names, opts.model, opts.max_model_len)
+            served = ServedModel(opts.served_model_names, opts.model, opts.limits.max_model_len)
             port = free_port()
             runners.append(
                 await serve(

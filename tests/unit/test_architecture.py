@@ -77,10 +77,10 @@ LOOP_PARTS = re.compile(
 
 def test_the_operator_and_the_simulator_run_the_same_step() -> None:
     from tokenpilot.core.autoscale import loop
-    from tokenpilot.handlers import autoscaler
+    from tokenpilot.runtime import service_loop
     from tokenpilot_lab.fleet import operator
 
-    assert autoscaler.step is loop.step
+    assert service_loop.step is loop.step
     assert operator.step is loop.step
     copies = []
     for root in (REPO / "operator" / "tokenpilot", REPO / "lab" / "tokenpilot_lab", REPO / "bench"):

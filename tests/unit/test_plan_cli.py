@@ -10,6 +10,7 @@ from _llms import by_name, service
 
 from tokenpilot.adapters.profiles import builtin_profiles_dir
 from tokenpilot.cli import main
+from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.render_plan import choose_batching
 
 BASE = ["plan", "--model", "llama-3.1-8b", "--itl-p99", "50ms", "--ttft-p99", "2s"]
@@ -150,7 +151,7 @@ def test_by_default_plan_prints_what_the_operator_would_choose(
     assert code == 0
     printed = json.loads(out)
     svc = service(accelerator={"sku": "H100-80GB"}, slo={"itlP99": "50ms", "ttftP99": "2s"})
-    chosen = choose_batching(svc, by_name("H100-80GB"))
+    chosen = choose_batching(plan_inputs(svc.spec, by_name("H100-80GB")))
     assert printed["profile"] == svc.spec.batching.profile.value == "balanced"
     assert (printed["token_budget"], printed["max_num_seqs"]) == (
         chosen.token_budget,

@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from tokenpilot.api.llmservice import BatchingSource, BoundKind, LLMService, SeqsSource
 from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
 from tokenpilot.core.render import EMITTED_VLLM_FLAGS, SPEC_HASH_ANNOTATION, selected_by
 from tokenpilot.core.render_plan import Plan, plan
-from tokenpilot.core.tuner import ServiceLevel, WorkloadHints, recommend
+from tokenpilot.core.tuner import recommend
 
 
 def planned(svc: LLMService, monitor: bool = False) -> Plan:
@@ -60,10 +61,12 @@ def test_auto_budget_comes_from_the_tuner(sku: str, itl: str) -> None:
     args = p.manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     # The API's defaults are the tuner's: nothing but the SLOs needs passing.
     decision = recommend(
-        by_name(sku),
-        svc.spec.model.shape.resolve(),
-        ServiceLevel(itl_p99_s=float(itl.removesuffix("ms")) / 1e3, ttft_p99_s=2.0),
-        WorkloadHints(),
+        PlanInputs.of(
+            by_name(sku),
+            svc.spec.model.shape.resolve(),
+            ServiceLevel(itl_p99_s=float(itl.removesuffix("ms")) / 1e3, ttft_p99_s=2.0),
+            WorkloadHints(),
+        )
     ).decision
     assert p.facts.batching == decision
     assert flag(args, "--max-num-batched-tokens") == str(decision.token_budget)

@@ -14,13 +14,9 @@ from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import Infeasible, InvalidSpec
+from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
 from tokenpilot.core.profiles import GPUProfile
-from tokenpilot.core.tuner import (
-    ServiceLevel,
-    WorkloadHints,
-    recommend,
-    vllm_default_token_budget,
-)
+from tokenpilot.core.tuner import recommend, vllm_default_token_budget
 
 CATALOG = load_builtin_catalog()
 LLAMA_8B = model_preset("llama-3.1-8b")
@@ -33,7 +29,7 @@ def test_a_50ms_itl_leaves_an_h100_a_few_hundred_prefill_tokens_a_step():
     # Issue 11: every prefill token costs 2 x 8.03e9 FLOPs (31 us on H100 at the fitted
     # efficiency), so a 40 ms step limit holds ~97 decodes of 4.6K tokens and ~50-100 prompt
     # tokens beyond the 256 vLLM requires; vLLM's own 8192 would make a 311 ms step.
-    rec = recommend(CATALOG.get("H100"), LLAMA_8B, SLO, HINTS)
+    rec = recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, SLO, HINTS))
     decision, upper = rec.decision, rec.decision.upper
     assert decision.feasible and rec.measured
     assert 256 <= decision.token_budget <= 512
@@ -50,7 +46,7 @@ def test_vllms_cap_comes_down_where_its_smallest_budget_breaks_the_itl(gpu: str)
     # vLLM accepts no budget under max_num_seqs, and at its default cap of 256 the smallest
     # step (255 prompt tokens beside one 4.6K-token decode) is over the 36 ms decode share of a
     # 50 ms ITL on these GPUs; the cap comes down so a smaller budget is allowed.
-    rec = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, HINTS)
+    rec = recommend(PlanInputs.of(CATALOG.get(gpu), LLAMA_8B, SLO, HINTS))
     decision = rec.decision
     assert decision.feasible, rec.message
     assert decision.max_num_seqs_source is SeqsSource.itl
@@ -65,14 +61,14 @@ def test_vllms_cap_comes_down_where_its_smallest_budget_breaks_the_itl(gpu: str)
 def test_a_50ms_itl_and_2s_ttft_collide_on_an_rtx_6000():
     # Even with the cap lowered, a step that fits 50 ms carries too few prompt tokens for a
     # 4,096-token prompt to prefill within 2 s.
-    rec = recommend(CATALOG.get("RTX-6000"), LLAMA_8B, SLO, HINTS)
+    rec = recommend(PlanInputs.of(CATALOG.get("RTX-6000"), LLAMA_8B, SLO, HINTS))
     assert not rec.decision.feasible
     assert "ITL 50 ms needs B <=" in rec.message and "TTFT 2.00 s" in rec.message
 
 
 def test_a_cap_the_user_sets_is_never_lowered():
     hints = replace(HINTS, max_num_seqs=256)
-    rec = recommend(CATALOG.get("L40S"), LLAMA_8B, SLO, hints)
+    rec = recommend(PlanInputs.of(CATALOG.get("L40S"), LLAMA_8B, SLO, hints))
     assert rec.decision.max_num_seqs == 256
     assert rec.decision.max_num_seqs_source is SeqsSource.spec
     assert not rec.decision.feasible
@@ -81,7 +77,10 @@ def test_a_cap_the_user_sets_is_never_lowered():
 
 def test_budgets_follow_compute_h100_over_l40s_over_rtx_6000_at_a_looser_itl():
     slo = ServiceLevel(itl_p99_s=0.2, ttft_p99_s=2.0)
-    recs = [recommend(CATALOG.get(g), LLAMA_8B, slo, HINTS) for g in ("H100", "L40S", "RTX-6000")]
+    recs = [
+        recommend(PlanInputs.of(CATALOG.get(g), LLAMA_8B, slo, HINTS))
+        for g in ("H100", "L40S", "RTX-6000")
+    ]
     budgets = [r.decision.token_budget for r in recs]
     assert budgets == sorted(budgets, reverse=True) and len(set(budgets)) == 3
     for rec in recs:
@@ -108,7 +107,7 @@ def test_vllm_default_budget(gpu: str, budget: int) -> None:
 def test_crossing_slos_say_which_bound_and_what_to_change():
     slo = ServiceLevel(itl_p99_s=0.05, ttft_p99_s=0.3)
     hints = WorkloadHints(prompt_p99_tokens=8192, max_model_len=16384)
-    rec = recommend(CATALOG.get("H100"), LLAMA_8B, slo, hints)
+    rec = recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, slo, hints))
     lower, upper = rec.decision.lower, rec.decision.upper
     assert lower is not None and upper is not None
     assert not rec.decision.feasible
@@ -118,11 +117,15 @@ def test_crossing_slos_say_which_bound_and_what_to_change():
     assert f"TTFT 300 ms at 8K-token prompts needs B >= {lower.tokens:,}" in rec.message
     assert "choose a faster SKU, relax an SLO, or split prefill and decode" in rec.message
     with pytest.raises(Infeasible, match="needs B >="):
-        recommend(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(0.05, 0.3, strict=True), hints)
+        recommend(
+            PlanInputs.of(
+                CATALOG.get("H100"), LLAMA_8B, ServiceLevel(0.05, 0.3, strict=True), hints
+            )
+        )
 
 
 def test_itl_that_one_sequence_cannot_meet():
-    rec = recommend(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS)
+    rec = recommend(PlanInputs.of(CATALOG.get("L4"), LLAMA_8B, ServiceLevel(0.02, 2.0), HINTS))
     assert not rec.decision.feasible
     assert "even one sequence" in rec.message
     # The budget still honours ITL as far as it can: vLLM's smallest budget is max_num_seqs,
@@ -155,7 +158,7 @@ def test_itl_that_one_sequence_cannot_meet():
 )
 def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
     # Where vLLM's smallest budget fits the step limit, the cap stays vLLM's.
-    decision = recommend(CATALOG.get(gpu), LLAMA_8B, SLO, hints).decision
+    decision = recommend(PlanInputs.of(CATALOG.get(gpu), LLAMA_8B, SLO, hints)).decision
     assert decision.max_num_seqs == 256, decision.max_num_seqs_words
     assert decision.max_num_seqs_source is SeqsSource.vllm_default
     seqs = decision.max_num_seqs_words
@@ -166,10 +169,12 @@ def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
 def test_profiles_order_interactive_balanced_throughput():
     budgets = [
         recommend(
-            CATALOG.get("H100"),
-            LLAMA_8B,
-            SLO,
-            WorkloadHints(prompt_p99_tokens=4096, objective=p),
+            PlanInputs.of(
+                CATALOG.get("H100"),
+                LLAMA_8B,
+                SLO,
+                WorkloadHints(prompt_p99_tokens=4096, objective=p),
+            )
         ).decision.token_budget
         for p in (BatchingProfile.interactive, BatchingProfile.balanced, BatchingProfile.throughput)
     ]
@@ -178,7 +183,9 @@ def test_profiles_order_interactive_balanced_throughput():
 
 def test_without_slos_the_threshold_caps_and_nothing_crosses():
     hints = WorkloadHints(objective=BatchingProfile.interactive)
-    decision = recommend(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(None, None), hints).decision
+    decision = recommend(
+        PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(None, None), hints)
+    ).decision
     assert decision.upper == Bound(
         BoundKind.step_threshold,
         8192,
@@ -200,7 +207,7 @@ def test_without_slos_the_threshold_caps_and_nothing_crosses():
 )
 def test_bad_input(slo: ServiceLevel, hints: WorkloadHints, match: str) -> None:
     with pytest.raises(InvalidSpec, match=match):
-        recommend(CATALOG.get("H100"), LLAMA_8B, slo, hints)
+        recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, slo, hints))
 
 
 slos = st.tuples(
@@ -246,8 +253,8 @@ def test_tighter_itl_never_gives_a_larger_budget(
 ) -> None:
     itl, ttft = slo
     profile, shape = CATALOG.get(gpu), model_preset(model)
-    loose = recommend(profile, shape, ServiceLevel(itl, ttft), hints)
-    tight = recommend(profile, shape, ServiceLevel(itl * tighter, ttft), hints)
+    loose = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl, ttft), hints))
+    tight = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl * tighter, ttft), hints))
     assert tight.decision.token_budget <= loose.decision.token_budget
 
 
@@ -275,8 +282,8 @@ def test_a_faster_sku_never_gives_a_smaller_budget(
 ) -> None:
     base = _faster(CATALOG.get(gpu), 1.0)
     shape, level = model_preset(model), ServiceLevel(*slo)
-    slow = recommend(base, shape, level, hints)
-    fast = recommend(_faster(base, factor), shape, level, hints)
+    slow = recommend(PlanInputs.of(base, shape, level, hints))
+    fast = recommend(PlanInputs.of(_faster(base, factor), shape, level, hints))
     assert fast.decision.token_budget >= slow.decision.token_budget
 
 
@@ -285,7 +292,7 @@ def test_a_faster_sku_never_gives_a_smaller_budget(
 def test_budget_is_a_block_multiple_within_vllms_limits(
     gpu: str, model: str, slo: tuple[float, float], hints: WorkloadHints
 ) -> None:
-    rec = recommend(CATALOG.get(gpu), model_preset(model), ServiceLevel(*slo), hints)
+    rec = recommend(PlanInputs.of(CATALOG.get(gpu), model_preset(model), ServiceLevel(*slo), hints))
     decision = rec.decision
     assert decision.token_budget % BLOCK_SIZE == 0
     assert decision.max_num_seqs <= decision.token_budget

@@ -20,13 +20,12 @@ from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.errors import Infeasible
+from tokenpilot.core.plan_inputs import ServiceLevel, WorkloadHints
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.tuner import (
     ITL_HEADROOM,
-    ServiceLevel,
     StepFrame,
     StepPrices,
-    WorkloadHints,
     choose_max_num_seqs,
     judge,
     lower_bound,

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if opts.ignored:
         log.warning("ignoring flags the engine simulator does not know: %s", " ".join(opts.ignored))
     log.info("engine-sim %s", description)
-    served = ServedModel(opts.served_model_names, opts.model, opts.max_model_len)
+    served = ServedModel(opts.served_model_names, opts.model, opts.limits.max_model_len)
     server = EngineSimServer(
         config, timer, served, opts.time_scale, rates_in_engine_time=opts.rates_in_engine_time
     )

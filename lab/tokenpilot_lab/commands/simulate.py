@@ -23,30 +23,21 @@ from rich.table import Table
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import (
-    DEFAULT_BATCHING_PROFILE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_MAX_MODEL_LEN,
     DEFAULT_MAX_NUM_SEQS,
-    DEFAULT_TENSOR_PARALLEL_SIZE,
-    BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, model_preset
 from tokenpilot.api.units import ITL_P99, TTFT_P99
+from tokenpilot.commands.tuner_flags import add_tuner_flags, workload_hints
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.errors import TokenPilotError
+from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.steptime import step_time_model
-from tokenpilot.core.tuner import (
-    ServiceLevel,
-    WorkloadHints,
-    check_engine_slowdown,
-    recommend,
-    vllm_default_token_budget,
-)
+from tokenpilot.core.tuner import check_engine_slowdown, recommend, vllm_default_token_budget
 from tokenpilot_lab.fleet import DEFAULT_COLD_START_S, FleetConfig, FleetResult
 from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
 from tokenpilot_lab.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
-from tokenpilot_lab.fleet.engines import engine_config
 from tokenpilot_lab.fleet.operator import RestartMemory
 from tokenpilot_lab.fleet.results import nearest_rank
 from tokenpilot_lab.fleet.sizing import Sizing
@@ -102,7 +93,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODEL_PRESETS)}"
     )
-    parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
+    add_tuner_flags(parser)
     parser.add_argument(
         "--slo", default=SLO, help=f"e.g. {SLO} (the units and ranges of slo.ttftP99, slo.itlP99)"
     )
@@ -111,20 +102,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--budget",
         type=int,
         help="token budget for the tokenpilot policy instead of the tuner's recommendation",
-    )
-    parser.add_argument(
-        "--profile",
-        choices=[p.value for p in BatchingProfile],
-        default=DEFAULT_BATCHING_PROFILE.value,
-        help=f"the tuner's batching profile for the tokenpilot policy "
-        f"(default: the LLMService's, {DEFAULT_BATCHING_PROFILE.value})",
-    )
-    parser.add_argument(
-        "--max-model-len",
-        type=int,
-        default=DEFAULT_MAX_MODEL_LEN,
-        help=f"engine --max-model-len; longer requests are rejected and counted (default: the "
-        f"LLMService's, {DEFAULT_MAX_MODEL_LEN}; Llama 3.1's own context is 131072)",
     )
     parser.add_argument(
         "--enable-prefix-caching",
@@ -354,19 +331,17 @@ def _tuned(
     """The tokenpilot policy's (token budget, max_num_seqs) and where they came from."""
     prompts = sorted(r.num_prompt_tokens for r in trace.requests)
     contexts = [r.num_prompt_tokens + r.num_output_tokens for r in trace.requests]
-    hints = WorkloadHints(
+    hints = workload_hints(
+        args,
         prompt_p99_tokens=min(args.max_model_len, nearest_rank(prompts, 0.99)) if prompts else None,
         expected_context_tokens=(
             min(args.max_model_len, max(1, round(sum(contexts) / len(contexts))))
             if contexts
             else None
         ),
-        max_model_len=args.max_model_len,
         token_budget=args.budget,
-        objective=BatchingProfile(args.profile),
-        tensor_parallel_size=args.tensor_parallel_size,
     )
-    decision = recommend(profile, shape, slo, hints).decision
+    decision = recommend(PlanInputs.of(profile, shape, slo, hints)).decision
     source = "--budget" if args.budget is not None else f"the tuner, {args.profile}"
     return decision.token_budget, decision.max_num_seqs, source
 
@@ -395,17 +370,17 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
     slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
     tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
     caching = args.enable_prefix_caching
-    tuned_engine = engine_config(
-        capacity,
-        max_num_batched_tokens=tuned_budget,
-        max_num_seqs=tuned_seqs,
-        enable_prefix_caching=caching,
-    )
-    default_engine = engine_config(
-        capacity,
-        max_num_batched_tokens=vllm_default_token_budget(profile),
-        max_num_seqs=DEFAULT_MAX_NUM_SEQS,
-        enable_prefix_caching=caching,
+    tuned_engine, default_engine = (
+        EngineConfig.planned(
+            capacity,
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+            enable_prefix_caching=caching,
+        )
+        for budget, seqs in (
+            (tuned_budget, tuned_seqs),
+            (vllm_default_token_budget(profile), DEFAULT_MAX_NUM_SEQS),
+        )
     )
     fleet = FleetConfig(
         min_replicas=args.min_replicas,

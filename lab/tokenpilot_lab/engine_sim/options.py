@@ -14,6 +14,8 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tokenpilot_lab.sim import EngineLimits
+
 DEFAULT_MODEL = "engine-sim"
 DEFAULT_GPU = "H100-80GB"
 
@@ -64,14 +66,9 @@ class EngineSimOptions:
     served_model_names: tuple[str, ...]
     host: str
     port: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    max_model_len: int
+    limits: EngineLimits
     tensor_parallel_size: int
     gpu_memory_utilization: float
-    enable_chunked_prefill: bool
-    enable_prefix_caching: bool
-    block_size: int
     gpu: str
     gpu_profile: str | None
     model_shape: str
@@ -172,14 +169,16 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         served_model_names=served,
         host=args.host,
         port=args.port,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
+        limits=EngineLimits(
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=args.max_model_len,
+            enable_chunked_prefill=args.enable_chunked_prefill,
+            block_size=args.block_size,
+            enable_prefix_caching=args.enable_prefix_caching,
+        ),
         tensor_parallel_size=args.tensor_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        enable_chunked_prefill=args.enable_chunked_prefill,
-        enable_prefix_caching=args.enable_prefix_caching,
-        block_size=args.block_size,
         gpu=args.gpu or DEFAULT_GPU,
         gpu_profile=args.gpu_profile,
         model_shape=args.model_shape,

@@ -27,26 +27,18 @@ def build(options: EngineSimOptions) -> tuple[EngineConfig, StepTimer, str]:
             shape,
             options.tensor_parallel_size,
             options.gpu_memory_utilization,
-            options.max_model_len,
+            options.limits.max_model_len,
         )
     except (UnknownModelPreset, TokenPilotError) as error:
         raise OptionsError(_as_flags(str(error))) from None
-    num_kv_blocks = options.num_kv_blocks or plan.num_kv_tokens // options.block_size
+    block_size = options.limits.block_size
+    num_kv_blocks = options.num_kv_blocks or plan.num_kv_tokens // block_size
     try:
-        config = EngineConfig(
-            num_kv_blocks=num_kv_blocks,
-            max_num_batched_tokens=options.max_num_batched_tokens,
-            max_num_seqs=options.max_num_seqs,
-            max_model_len=options.max_model_len,
-            enable_chunked_prefill=options.enable_chunked_prefill,
-            enable_prefix_caching=options.enable_prefix_caching,
-            block_size=options.block_size,
-            record_itl=False,
-        )
+        config = EngineConfig.of(options.limits, num_kv_blocks, record_itl=False)
     except InvalidEngineConfig as error:
         raise OptionsError(_as_flags(str(error))) from None
     description = (
-        f"{options.model_shape}: {num_kv_blocks} KV blocks of {options.block_size} tokens "
+        f"{options.model_shape}: {num_kv_blocks} KV blocks of {block_size} tokens "
         f"({'--num-kv-blocks' if options.num_kv_blocks else plan.reason}); {timer.describe()}"
     )
     return config, timer, description

@@ -105,18 +105,6 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}".rstrip("0").rstrip(".") + "ms"
 
 
-def replica_model(engine: EngineConfig, timer: StepTimer, fleet: FleetConfig) -> ReplicaModel:
-    """One replica of `engine` as the operator's autoscaler prices it."""
-    return ReplicaModel(
-        pricer=timer,
-        token_budget=engine.max_num_batched_tokens,
-        max_num_seqs=engine.max_num_seqs,
-        num_kv_tokens=engine.num_kv_blocks * engine.block_size,
-        itl_slo_s=fleet.itl_slo_s,
-        ttft_slo_s=fleet.ttft_slo_s,
-    )
-
-
 def contenders(
     names: Sequence[str],
     trace: Trace,
@@ -212,7 +200,15 @@ def contenders(
             policy = replace(
                 autoscale,
                 startup_s=fleet.cold_start_s,
-                replica_model=replica_model(engine, model_timer or timer, fleet),
+                # One replica as the operator's autoscaler prices it.
+                replica_model=ReplicaModel(
+                    pricer=model_timer or timer,
+                    token_budget=engine.max_num_batched_tokens,
+                    max_num_seqs=engine.max_num_seqs,
+                    num_kv_tokens=engine.kv_capacity_tokens,
+                    itl_slo_s=fleet.itl_slo_s,
+                    ttft_slo_s=fleet.ttft_slo_s,
+                ),
             )
             make: Callable[[], FleetPolicy] = partial(
                 _operator, name, policy, interval_s, operator_restarts_s, restart_memory

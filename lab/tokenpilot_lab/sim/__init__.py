@@ -25,7 +25,7 @@ that finished prefill in the step plus the tokens sampled (see the engine-sim me
 Gauges: `num_running`, `num_waiting`, `kv_cache_usage`.
 """
 
-from tokenpilot_lab.sim.config import EngineConfig, InvalidEngineConfig
+from tokenpilot_lab.sim.config import EngineConfig, EngineLimits, InvalidEngineConfig
 from tokenpilot_lab.sim.engine import Engine, StepResult
 from tokenpilot_lab.sim.events import (
     EngineEvent,
@@ -42,6 +42,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineEvent",
+    "EngineLimits",
     "Finished",
     "FirstToken",
     "InvalidEngineConfig",

@@ -20,22 +20,18 @@ from pydantic import ValidationError
 
 from tokenpilot.adapters.profiles import chosen_profile, load_catalog
 from tokenpilot.api.llmservice import (
-    DEFAULT_BATCHING_PROFILE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_MAX_MODEL_LEN,
-    DEFAULT_TENSOR_PARALLEL_SIZE,
-    BatchingProfile,
 )
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
 from tokenpilot.api.units import GPU_MEMORY_UTILIZATION, ITL_P99, TTFT_P99
+from tokenpilot.commands.tuner_flags import add_tuner_flags, workload_hints
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.durations import check_fraction, format_duration_s, parse_within
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
 from tokenpilot.core.tuner import (
     MAX_ENGINE_SLOWDOWN,
     Recommendation,
-    ServiceLevel,
-    WorkloadHints,
     check_engine_slowdown,
     recommend,
 )
@@ -71,32 +67,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context", type=int, help="expected context per sequence in tokens (default: prompt+512)"
     )
-    parser.add_argument(
-        "--max-model-len",
-        type=int,
-        default=DEFAULT_MAX_MODEL_LEN,
-        help=f"engine.maxModelLen (default {DEFAULT_MAX_MODEL_LEN})",
-    )
+    add_tuner_flags(parser)
     parser.add_argument("--max-num-seqs", type=int, help="batching.maxNumSeqs (default: auto)")
     parser.add_argument(
         "--max-num-batched-tokens",
         type=int,
         help="batching.maxNumBatchedTokens, to see a budget of your own against the bounds",
     )
-    parser.add_argument("--tensor-parallel-size", type=int, default=DEFAULT_TENSOR_PARALLEL_SIZE)
     parser.add_argument(
         "--gpu-memory-utilization",
         type=float,
         default=DEFAULT_GPU_MEMORY_UTILIZATION,
         help=f"engine.gpuMemoryUtilization, above 0 and at most 0.98 "
         f"(default {DEFAULT_GPU_MEMORY_UTILIZATION})",
-    )
-    parser.add_argument(
-        "--profile",
-        choices=[p.value for p in BatchingProfile],
-        default=DEFAULT_BATCHING_PROFILE.value,
-        help=f"batching.profile: where between the bounds the budget goes "
-        f"(default: {DEFAULT_BATCHING_PROFILE.value})",
     )
     parser.add_argument(
         "--engine-slowdown",
@@ -136,19 +119,17 @@ def run(args: argparse.Namespace) -> int:
         check_fraction(
             GPU_MEMORY_UTILIZATION, args.gpu_memory_utilization, "--gpu-memory-utilization"
         )
-        hints = WorkloadHints(
+        hints = workload_hints(
+            args,
             prompt_p99_tokens=args.prompt_p99,
             expected_context_tokens=args.context,
-            max_model_len=args.max_model_len,
             max_num_seqs=args.max_num_seqs,
             token_budget=args.max_num_batched_tokens,
-            objective=BatchingProfile(args.profile),
-            tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
         )
         slowdown = check_engine_slowdown(args.engine_slowdown, "--engine-slowdown")
         profile = chosen_profile(load_catalog(args.profiles_dir), args.gpu, args.gpu_profile)
-        rec = recommend(profile, shape, slo, hints, engine_slowdown=slowdown)
+        rec = recommend(PlanInputs.of(profile, shape, slo, hints), engine_slowdown=slowdown)
     # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
     except (TokenPilotError, UnknownModelPreset) as exc:
         if args.json:

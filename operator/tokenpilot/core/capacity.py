@@ -10,7 +10,7 @@ sequences of the expected context whose blocks all fit at once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.errors import Infeasible, InvalidSpec
@@ -43,6 +43,31 @@ class CapacityPlan:
     max_concurrency: int
     reason: str
 
+    def at_context(self, expected_context_tokens: int) -> CapacityPlan:
+        """The same memory, with the concurrency that fits at another expected context."""
+        context = expected_context_tokens
+        _check_context(context, self.max_model_len)
+        if context == self.expected_context_tokens:
+            return self
+        max_concurrency = self.num_kv_blocks // math.ceil(context / BLOCK_SIZE)
+        reason = _reason(
+            self.gpu,
+            self.tensor_parallel_size,
+            self.usable_gib,
+            self.weights_gib_per_gpu,
+            self.kv_cache_gib_per_gpu,
+            self.num_kv_blocks,
+            self.kv_bytes_per_token,
+            max_concurrency,
+            context,
+        )
+        return replace(
+            self,
+            expected_context_tokens=context,
+            max_concurrency=max_concurrency,
+            reason=reason,
+        )
+
 
 def kv_bytes_per_token_per_gpu(shape: ModelShape, tensor_parallel_size: int) -> float:
     """KV bytes one token costs on each GPU: heads split across ranks, replicated past one each."""
@@ -73,10 +98,7 @@ def plan_capacity(
     if max_model_len < 1:
         raise InvalidSpec(f"maxModelLen must be at least 1, got {max_model_len}")
     context = max_model_len if expected_context_tokens is None else expected_context_tokens
-    if not 1 <= context <= max_model_len:
-        raise InvalidSpec(
-            f"expected context {context} tokens must be between 1 and maxModelLen ({max_model_len})"
-        )
+    _check_context(context, max_model_len)
 
     usable_gib = profile.memory_gib * gpu_memory_utilization
     weights_gib = shape.weight_bytes / tp / GIB
@@ -103,12 +125,16 @@ def plan_capacity(
             f"gpuMemoryUtilization or tensorParallelSize, or pick a GPU with more memory"
         )
     max_concurrency = num_kv_blocks // math.ceil(context / BLOCK_SIZE)
-    reason = (
-        f"{profile.name} x{tp}: {usable_gib:.1f} GiB usable per GPU, weights "
-        f"{weights_gib:.1f} GiB, reserve {RUNTIME_RESERVE_GIB} GiB, KV cache "
-        f"{kv_cache_gib:.1f} GiB = {num_kv_blocks:,} blocks of {BLOCK_SIZE} tokens "
-        f"({num_kv_tokens:,} tokens at {kv_bytes / 1024:.0f} KiB each); "
-        f"{max_concurrency} sequences of {context:,} tokens fit at once"
+    reason = _reason(
+        profile.name,
+        tp,
+        usable_gib,
+        weights_gib,
+        kv_cache_gib,
+        num_kv_blocks,
+        kv_bytes,
+        max_concurrency,
+        context,
     )
     return CapacityPlan(
         gpu=profile.name,
@@ -126,6 +152,33 @@ def plan_capacity(
         expected_context_tokens=context,
         max_concurrency=max_concurrency,
         reason=reason,
+    )
+
+
+def _check_context(context: int, max_model_len: int) -> None:
+    if not 1 <= context <= max_model_len:
+        raise InvalidSpec(
+            f"expected context {context} tokens must be between 1 and maxModelLen ({max_model_len})"
+        )
+
+
+def _reason(
+    gpu: str,
+    tp: int,
+    usable_gib: float,
+    weights_gib: float,
+    kv_cache_gib: float,
+    num_kv_blocks: int,
+    kv_bytes: float,
+    max_concurrency: int,
+    context: int,
+) -> str:
+    return (
+        f"{gpu} x{tp}: {usable_gib:.1f} GiB usable per GPU, weights "
+        f"{weights_gib:.1f} GiB, reserve {RUNTIME_RESERVE_GIB} GiB, KV cache "
+        f"{kv_cache_gib:.1f} GiB = {num_kv_blocks:,} blocks of {BLOCK_SIZE} tokens "
+        f"({num_kv_blocks * BLOCK_SIZE:,} tokens at {kv_bytes / 1024:.0f} KiB each); "
+        f"{max_concurrency} sequences of {context:,} tokens fit at once"
     )
 
 

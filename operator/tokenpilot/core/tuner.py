@@ -40,21 +40,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tokenpilot.api.llmservice import (
-    DEFAULT_BATCHING_PROFILE,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_MAX_MODEL_LEN,
     DEFAULT_MAX_NUM_SEQS,
-    DEFAULT_TENSOR_PARALLEL_SIZE,
     BatchingProfile,
     BatchingSource,
     BoundKind,
     SeqsSource,
 )
-from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.batching import BatchingDecision, Bound
-from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan, plan_capacity
+from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
+from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
 from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
 from tokenpilot.core.steptime import step_time_model
@@ -108,31 +104,6 @@ class AtMeasuredPace(ScaledPricer):
             f"{self.pricer.describe()}; every step priced {self.factor:g}x that, the pace the "
             "engines were measured at"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceLevel:
-    """Latency targets; `strict` turns crossing bounds into `Infeasible`."""
-
-    itl_p99_s: float | None
-    ttft_p99_s: float | None
-    strict: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadHints:
-    """What is known of the workload and the deployment; the defaults are the API's.
-
-    `max_num_seqs` and `token_budget` are the spec's integers when it sets them."""
-
-    prompt_p99_tokens: int | None = None
-    expected_context_tokens: int | None = None
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN
-    max_num_seqs: int | None = None
-    token_budget: int | None = None
-    objective: BatchingProfile = DEFAULT_BATCHING_PROFILE
-    tensor_parallel_size: int = DEFAULT_TENSOR_PARALLEL_SIZE
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,31 +204,18 @@ def vllm_default_token_budget(profile: GPUProfile) -> int:
     return 8192 if profile.memory_gib >= 70 and not is_a100 else 2048
 
 
-def recommend(
-    profile: GPUProfile,
-    shape: ModelShape,
-    slo: ServiceLevel,
-    hints: WorkloadHints,
-    *,
-    engine_slowdown: float = 1.0,
-) -> Recommendation:
-    """The budget and max_num_seqs for `shape` on `profile` under `slo`; see the module doc.
-    `engine_slowdown`: plan for engines measured that many times slower than the profile
-    prices them (at least 1)."""
+def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommendation:
+    """The budget and max_num_seqs for the inputs' model on their GPU under their SLOs; see
+    the module doc. `engine_slowdown`: plan for engines measured that many times slower than
+    the profile prices them (at least 1)."""
+    profile, slo, hints = inputs.profile, inputs.slo, inputs.hints
     check_inputs(slo, hints)
     prompt = hints.prompt_p99_tokens
     context = hints.expected_context_tokens or min(
         hints.max_model_len, (prompt or DEFAULT_PROMPT_TOKENS) + DEFAULT_OUTPUT_TOKENS
     )
-    capacity = plan_capacity(
-        profile,
-        shape,
-        hints.tensor_parallel_size,
-        hints.gpu_memory_utilization,
-        hints.max_model_len,
-        context,
-    )
-    model: StepModel = step_time_model(profile, shape, hints.tensor_parallel_size)
+    capacity = inputs.capacity.at_context(context)
+    model: StepModel = step_time_model(profile, inputs.shape, hints.tensor_parallel_size)
     if engine_slowdown != 1.0:
         model = AtMeasuredPace(model, engine_slowdown)
     prices = StepPrices(model, context, prompt or DEFAULT_PROMPT_TOKENS)

@@ -46,6 +46,7 @@ from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
 from tokenpilot.core.autoscale.observation import Current, Now
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec, replica_model
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.profiles import GPUProfile
 
 log = logging.getLogger("tokenpilot.autoscaler")
@@ -93,6 +94,10 @@ class ServiceLoop:
     state: ServiceState | None = None
     # What an earlier process remembered of the service, restored at the first evaluation.
     memory: Mapping[str, Any] | None = None
+    # The replica model, with what it was planned from: (generation, budget, seqs), profile.
+    _model: tuple[tuple[int, int, int], GPUProfile, ReplicaModel] | None = field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def key(self) -> tuple[str, str]:
@@ -168,12 +173,18 @@ class ServiceLoop:
         return snapshot(self.state, self.runtime.now())
 
     def _replica_model(self, service: LLMService) -> ReplicaModel | None:
-        """One replica as the step model prices it, once the reconciler has tuned it."""
+        """One replica as the step model prices it, once the reconciler has tuned it; planned
+        again only when the spec, the tuning or the GPU's profile changes."""
         tuning = service.status.tuning
         if tuning is None or self.profile_of is None:
             return None
         try:
-            return replica_model(service.spec, tuning, self.profile_of(tuning.sku))
+            profile = self.profile_of(tuning.sku)
+            key = (service.metadata.generation, tuning.max_num_batched_tokens, tuning.max_num_seqs)
+            if self._model is None or self._model[0] != key or self._model[1] is not profile:
+                model = replica_model(plan_inputs(service.spec, profile), tuning)
+                self._model = (key, profile, model)
+            return self._model[2]
         except TokenPilotError as error:
             # A SKU the catalog no longer knows or a spec that no longer fits: the SLO
             # signals alone still scale it.

@@ -111,7 +111,10 @@ class AutoscalePolicy:
             )
         if not self.target_queue_per_replica > 0:
             raise InvalidPolicy("targetQueueDepthPerReplica must be > 0")
-        for name, slo in (("slo.itlP99", self.itl_p99_slo_s), ("slo.ttftP99", self.ttft_p99_slo_s)):
+        for name, slo in (
+            ("spec.slo.itlP99", self.itl_p99_slo_s),
+            ("spec.slo.ttftP99", self.ttft_p99_slo_s),
+        ):
             if slo is not None and not slo > 0:
                 raise InvalidPolicy(f"{name} must be a positive duration")
         if not self.panic_ratio > 1:

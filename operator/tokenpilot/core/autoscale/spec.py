@@ -6,9 +6,8 @@ from __future__ import annotations
 from tokenpilot.api.llmservice import LLMServiceSpec, TuningStatus
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
-from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.durations import parse_duration_s
-from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.plan_inputs import PlanInputs, service_level
 from tokenpilot.core.steptime import step_time_model
 
 # An observation older than this many intervals is stale.
@@ -20,24 +19,16 @@ def evaluation_interval_s(spec: LLMServiceSpec) -> float:
     return parse_duration_s(spec.autoscaling.interval, "spec.autoscaling.interval")
 
 
-def replica_model(spec: LLMServiceSpec, tuning: TuningStatus, profile: GPUProfile) -> ReplicaModel:
+def replica_model(inputs: PlanInputs, tuning: TuningStatus) -> ReplicaModel:
     """One replica of this service as it runs: the GPU's step model at the budget and
-    max_num_seqs in status.tuning, the KV cache the capacity planner finds, the spec's SLOs.
-    Raises the planner's errors (InvalidSpec, Infeasible) when the spec cannot run."""
-    engine = spec.engine
-    shape = spec.model.shape.resolve()
-    tp = engine.tensor_parallel_size
-    capacity = plan_capacity(
-        profile, shape, tp, engine.gpu_memory_utilization, engine.max_model_len
-    )
-    slo = spec.slo
+    max_num_seqs in status.tuning, the KV cache the capacity planner found, the SLOs."""
     return ReplicaModel(
-        pricer=step_time_model(profile, shape, tp),
+        pricer=step_time_model(inputs.profile, inputs.shape, inputs.hints.tensor_parallel_size),
         token_budget=tuning.max_num_batched_tokens,
         max_num_seqs=tuning.max_num_seqs,
-        num_kv_tokens=capacity.num_kv_blocks * capacity.block_size,
-        itl_slo_s=None if slo.itl_p99 is None else parse_duration_s(slo.itl_p99, "slo.itlP99"),
-        ttft_slo_s=None if slo.ttft_p99 is None else parse_duration_s(slo.ttft_p99, "slo.ttftP99"),
+        num_kv_tokens=inputs.capacity.num_kv_blocks * inputs.capacity.block_size,
+        itl_slo_s=inputs.slo.itl_p99_s,
+        ttft_slo_s=inputs.slo.ttft_p99_s,
     )
 
 
@@ -50,7 +41,7 @@ def policy_from_spec(spec: LLMServiceSpec, model: ReplicaModel | None = None) ->
     (a user asking for a 30 s window expects minReplicas soon after it, not 30 s per replica
     on top).
     """
-    scaling, slo = spec.autoscaling, spec.slo
+    scaling, slo = spec.autoscaling, service_level(spec)
     interval_s = evaluation_interval_s(spec)
     down_window_s = parse_duration_s(
         scaling.scale_down_stabilization, "spec.autoscaling.scaleDownStabilization"
@@ -60,10 +51,8 @@ def policy_from_spec(spec: LLMServiceSpec, model: ReplicaModel | None = None) ->
         min_replicas=scaling.min_replicas,
         max_replicas=scaling.max_replicas,
         target_queue_per_replica=scaling.target_queue_depth_per_replica,
-        itl_p99_slo_s=None if slo.itl_p99 is None else parse_duration_s(slo.itl_p99, "slo.itlP99"),
-        ttft_p99_slo_s=(
-            None if slo.ttft_p99 is None else parse_duration_s(slo.ttft_p99, "slo.ttftP99")
-        ),
+        itl_p99_slo_s=slo.itl_p99_s,
+        ttft_p99_slo_s=slo.ttft_p99_s,
         scale_up_stabilization_s=parse_duration_s(
             scaling.scale_up_stabilization, "spec.autoscaling.scaleUpStabilization"
         ),
@@ -72,7 +61,7 @@ def policy_from_spec(spec: LLMServiceSpec, model: ReplicaModel | None = None) ->
         max_observation_age_s=max(
             defaults.max_observation_age_s, STALE_AFTER_INTERVALS * interval_s
         ),
-        attainment=slo.attainment,
+        attainment=spec.slo.attainment,
         replica_model=model,
     )
     return policy
