@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from tokenpilot_lab.commands.simulate import FLAT_SWING
+from tokenpilot_lab.commands.simulate.report import FLAT_SWING
 from tokenpilot_lab.fleet.compare import POLICY_NAMES
 
 # Runs `tokenpilot simulate` and reports its own peak RSS on stderr (KiB on Linux).

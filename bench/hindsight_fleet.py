@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass, replace
 
 from tokenpilot.api.llmservice import MetricsSourceType
-from tokenpilot_lab.commands import simulate as simulate_command
+from tokenpilot_lab.commands.simulate import flags as simulate_flags
+from tokenpilot_lab.commands.simulate import world as simulate_world
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
 from tokenpilot_lab.fleet.policies.static import StaticPolicy
@@ -158,10 +159,10 @@ def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = ours.parse_args(argv[:split])
     flags = argparse.ArgumentParser(prog="simulate flags")
-    simulate_command.configure(flags)
+    simulate_flags.configure(flags)
     sim_args = flags.parse_args(argv[split + 1 :])
-    trace = simulate_command.load_trace(sim_args)
-    world = simulate_command.setup(sim_args, trace)
+    trace = simulate_flags.load_trace(sim_args)
+    world = simulate_world.setup(sim_args, trace)
     fleet, timer, engine = world.fleet, world.timer, world.tuned_engine
     began = time.monotonic()
     allowance = math.floor((1.0 - ATTAINMENT_GOAL) * trace.num_requests)

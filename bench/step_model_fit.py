@@ -36,8 +36,8 @@ from pathlib import Path
 import yaml
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
-from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.roofline import PrefillChunk, StepWork, step_totals, step_work
 from tokenpilot.core.steptime import (
     DEFAULT_INTERCONNECT_GBPS,

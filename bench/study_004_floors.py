@@ -23,9 +23,9 @@ from pathlib import Path
 import yaml
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.gpu_profile import MeasuredInterference
 from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.calibration.grid import burst_steps
-from tokenpilot.core.profiles import MeasuredInterference
 from tokenpilot.core.roofline import PrefillChunk, step_floor_s, step_work
 from tokenpilot.core.steptime import step_time_model
 

@@ -23,7 +23,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from tokenpilot_lab.commands import simulate
+from tokenpilot_lab.commands.simulate import flags as simulate
 from tokenpilot_lab.workload.trace import TraceRequest
 
 WINDOWS_S = (1.0, 2.0, 5.0, 25.0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenpilot_lab.devcluster import build
-from tokenpilot_lab.devcluster.errors import BinariesMissing
+from tokenpilot_lab.host.errors import BinariesMissing
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "tokenpilot"

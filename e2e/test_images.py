@@ -30,8 +30,9 @@ import pytest
 import yaml
 
 from chart import CHART, REPO, must, run
-from tokenpilot_lab.devcluster import cluster, paths, procs, state
+from tokenpilot_lab.devcluster import cluster, paths, state
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.host import procs
 from tokenpilot_lab.podrunner.containers import CLUSTER_LABEL, Podman
 
 pytestmark = [

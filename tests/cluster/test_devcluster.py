@@ -7,7 +7,6 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import subprocess
-import time
 from typing import Any
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from devcluster_checks import answers
-from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
+from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually, stays
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
@@ -186,12 +185,14 @@ def test_mapped_image_runs_locally_and_readiness_follows_its_probe(
         timeout_s=15,
         what="bad-probe's server to answer on /",
     )
+
     # Asserting that something does not happen needs a window: three probe periods.
-    for _ in range(3):
-        bad = core.read_namespaced_pod("bad-probe", namespace)
-        assert not _ready(bad)
-        assert bad.status.container_statuses[0].state.running is not None
-        time.sleep(1.0)
+    def running_unready() -> bool:
+        pod = core.read_namespaced_pod("bad-probe", namespace)
+        return not _ready(pod) and pod.status.container_statuses[0].state.running is not None
+
+    stays(running_unready, for_s=3.0, what="bad-probe running but not Ready")
+    bad = core.read_namespaced_pod("bad-probe", namespace)
     ready = next(c for c in bad.status.conditions if c.type == "Ready")
     assert ready.reason == "ContainersNotReady"
 

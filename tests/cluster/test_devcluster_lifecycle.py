@@ -17,8 +17,9 @@ import yaml
 from kubernetes import client, config
 
 from devcluster_checks import answers, processes_mentioning
-from tokenpilot_lab.devcluster import cluster, paths, procs, state
+from tokenpilot_lab.devcluster import cluster, paths, state
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.host import procs
 
 pytestmark = pytest.mark.cluster
 

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
+from tokenpilot_lab.devcluster.pytest_plugin import within
 
 pytestmark = pytest.mark.cluster
 
@@ -251,11 +252,14 @@ class Fuzz:
         """The service's phase once current and settled (or as it is at `deadline`). The
         autoscaler may move spec.replicas at any time (to minReplicas, say), and until the
         operator has reconciled that generation the status is not current."""
-        phase, words = _phase(self.client, self.namespace, name)
-        while phase not in SETTLED and time.monotonic() < deadline:
-            time.sleep(0.5)
-            phase, words = _phase(self.client, self.namespace, name)
-        return phase, words
+        last = [_phase(self.client, self.namespace, name)]
+
+        def settled() -> bool:
+            last[0] = _phase(self.client, self.namespace, name)
+            return last[0][0] in SETTLED
+
+        within(settled, timeout_s=max(0.0, deadline - time.monotonic()), interval_s=0.5)
+        return last[0]
 
     def _settle(self) -> None:
         deadline = time.monotonic() + SETTLE_S

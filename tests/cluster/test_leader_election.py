@@ -119,6 +119,34 @@ def _in(namespace: str, writes: list[audit.Write]) -> list[audit.Write]:
     return [w for w in writes if w.namespace == namespace]
 
 
+def _renewed_twice(client: KubeClient, namespace: str) -> None:
+    """Wait until the Lease's renewTime has moved twice."""
+    seen: list[str] = []
+
+    def renewed() -> bool:
+        lease = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/tokenpilot")
+        renew = str(((lease or {}).get("spec") or {}).get("renewTime") or "")
+        if not seen or seen[-1] != renew:
+            seen.append(renew)
+        return len(seen) >= 3
+
+    eventually(renewed, timeout_s=10 * TIMING.retry_period_s, what="two renewals of the Lease")
+
+
+def _after_a_exited(client: KubeClient, namespace: str, state_dir: Path) -> None:
+    """Write a marker ConfigMap and wait until the audit log holds it."""
+    marker = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a-exited"}}
+    client.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body=marker)
+    eventually(
+        lambda: any(
+            w.resource == "configmaps" and w.name == "a-exited" and w.verb == "create"
+            for w in _in(namespace, audit.read(state_dir))
+        ),
+        timeout_s=30,
+        what="the marker written after a exited in the audit log",
+    )
+
+
 def test_sigkill_of_the_leader_hands_over_within_the_bound_without_overlap(
     dev_cluster: DevCluster, kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
@@ -136,7 +164,7 @@ def test_sigkill_of_the_leader_hands_over_within_the_bound_without_overlap(
         eventually(
             lambda: _leader_gauge(ports[1]) == 0.0, timeout_s=30, what="b's /metrics, leader 0"
         )
-        time.sleep(2 * TIMING.retry_period_s)  # b has seen a renew or two
+        _renewed_twice(client, namespace)  # b, retrying, has seen a renew or two
 
         a.send_signal(signal.SIGKILL)
         a.wait(10)
@@ -198,7 +226,9 @@ def test_a_leader_paused_past_its_lease_does_not_write_when_it_wakes(
 
         a.send_signal(signal.SIGCONT)
         assert a.wait(60) == LEASE_LOST_EXIT, "a woke, saw its fence closed and exited"
-        time.sleep(2)  # anything a sent on waking has reached the log
+        # Anything a sent on waking reached the server before it exited: once a write sent
+        # after that is in the audit log, so is everything of a's.
+        _after_a_exited(client, namespace, dev_cluster.state_dir)
     finally:
         a.send_signal(signal.SIGCONT)
         stop_process(b)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.adapters.kube.scale import read_scale, write_scale
 from tokenpilot.api.llmservice import GROUP
-from tokenpilot_lab.devcluster.pytest_plugin import eventually
+from tokenpilot_lab.devcluster.pytest_plugin import eventually, stays
 
 pytestmark = pytest.mark.cluster
 H100 = "llama-3.1-8b-h100.yaml"
@@ -134,11 +133,24 @@ def test_budget_and_sku_changes_roll_the_deployment(
 def test_idle_resync_writes_nothing(client: KubeClient, namespace: str, operator: None) -> None:
     create(client, sample(L40S, namespace))
     eventually(lambda: ready(client, namespace, "llama-8b-l40s", 1), timeout_s=90, what="Ready")
-    time.sleep(3)  # let the last status and events land
+    # The last status and Events land just after Ready: start counting once two reads a
+    # resync apart agree.
+    settled: list[dict[str, str]] = []
+
+    def quiet() -> bool:
+        settled.append(resource_versions(client, namespace))
+        return len(settled) > 1 and settled[-1] == settled[-2]
+
+    eventually(quiet, timeout_s=30, interval_s=2.0, what="the last writes of the reconcile")
     writes, versions = api_writes(client), resource_versions(client, namespace)
-    time.sleep(7)  # three resync passes at 2 s, plus slack
-    assert write_delta(writes, api_writes(client)) == {}
-    assert resource_versions(client, namespace) == versions
+    stays(
+        lambda: (
+            write_delta(writes, api_writes(client)) == {}
+            and resource_versions(client, namespace) == versions
+        ),
+        for_s=7.0,
+        what="no write over three resync passes at 2 s",
+    )
 
 
 def test_hand_edit_of_the_deployment_comes_back(
@@ -230,8 +242,11 @@ def test_operator_judgements_end_infeasible(
     )
     # No crash loop: nothing more is written while the spec stays as it is.
     versions = resource_versions(client, namespace)
-    time.sleep(5)
-    assert resource_versions(client, namespace) == versions
+    stays(
+        lambda: resource_versions(client, namespace) == versions,
+        for_s=5.0,
+        what="no write while the Infeasible spec stays",
+    )
 
 
 def test_infeasible_spec_recovers_when_fixed(

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.adapters.interference import ProbeSettings, run_probe
+from tokenpilot.adapters.interference import run_probe
+from tokenpilot.core.interference import ProbeSettings
 from tokenpilot_lab.tinymodel import MAX_POSITION_EMBEDDINGS
 from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
 

@@ -17,7 +17,7 @@ from tokenpilot.cli import build_parser
 from tokenpilot.core.calibration.cluster import SERVICE_LABEL
 from tokenpilot.core.dashboards.files import RULES_PATH, dashboard_path, generated_files
 from tokenpilot_lab.devcluster import build
-from tokenpilot_lab.devcluster.errors import BinariesMissing
+from tokenpilot_lab.host.errors import BinariesMissing
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tokenpilot"

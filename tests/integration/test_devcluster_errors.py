@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 
 from devcluster_checks import processes_mentioning
-from tokenpilot_lab.devcluster import build, cluster, procs, state
-from tokenpilot_lab.devcluster.errors import (
+from tokenpilot_lab.devcluster import build, cluster, state
+from tokenpilot_lab.devcluster.versions import COMPONENTS
+from tokenpilot_lab.host import procs
+from tokenpilot_lab.host.errors import (
     BinariesMissing,
     ComponentFailed,
     PortInUse,
     StateDirError,
     ToolchainMissing,
 )
-from tokenpilot_lab.devcluster.versions import COMPONENTS
 
 
 def _tokenpilot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

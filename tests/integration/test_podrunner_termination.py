@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from tokenpilot_lab.devcluster import procs
+from tokenpilot_lab.host import procs
 from tokenpilot_lab.podrunner.termination import Termination
 
 DRAINS = (

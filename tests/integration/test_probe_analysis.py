@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tokenpilot.adapters.interference import ProbeError, ProbeSettings, analyse
+from tokenpilot.core.interference import ProbeError, ProbeSettings, analyse
 
 SETTINGS = ProbeSettings(url="http://127.0.0.1:1", num_decode=2, num_prefill=4, prefill_len=2048)
 

@@ -21,16 +21,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from tokenpilot.adapters.interference import (
-    ProbeResult,
-    ProbeSettings,
-    format_heatmap,
-    run_heatmap,
-    run_probe,
-)
+from tokenpilot.adapters.interference import run_heatmap, run_probe
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.core.calibration.grid import burst_steps
-from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.core.interference import ProbeResult, ProbeSettings, format_heatmap
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.steptime import StepTimeModel
 from tokenpilot_lab.engine_sim import options, timing

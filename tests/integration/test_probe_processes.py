@@ -19,7 +19,8 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from tokenpilot.adapters.interference import ProbeSettings, run_probe
+from tokenpilot.adapters.interference import run_probe
+from tokenpilot.core.interference import ProbeSettings
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import ServedModel, running
 

@@ -17,7 +17,7 @@ import pytest
 from tokenpilot import cli
 from tokenpilot.adapters import calibration, interference
 from tokenpilot.adapters.calibration import EngineInfo
-from tokenpilot.adapters.interference import ProbeResult, ProbeSettings, UnmeasurableError
+from tokenpilot.core.interference import ProbeResult, ProbeSettings, UnmeasurableError
 
 STALL = "no decode iteration fell inside the burst; the burst was too short"
 

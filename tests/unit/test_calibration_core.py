@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.adapters.profiles import load_builtin_catalog, parse_configmap_data
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.calibration.derive import (
     Datasheet,
@@ -23,7 +24,7 @@ from tokenpilot.core.calibration.derive import (
 from tokenpilot.core.calibration.fit import FitError, fit_step_rates
 from tokenpilot.core.calibration.grid import BurstKind, GridSize, burst_steps, plan_grid
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import GPUProfile, merge_catalogs, parse_profile, profile_yaml
+from tokenpilot.core.profiles import merge_catalogs, parse_profile, profile_yaml
 from tokenpilot.core.roofline import PrefillChunk, step_work
 from tokenpilot.core.steptime import StepTimeModel, step_time_model
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tokenpilot_lab.devcluster import kwokconfig, nodepools
 from tokenpilot_lab.devcluster.build import wrapper_gomod
-from tokenpilot_lab.devcluster.errors import ImageMapError, NodePoolError
 from tokenpilot_lab.devcluster.versions import COMPONENTS, KUBERNETES_VERSION
+from tokenpilot_lab.host.errors import ImageMapError, NodePoolError
 from tokenpilot_lab.podrunner import imagemap
 
 

@@ -12,7 +12,8 @@ import asyncio
 
 import pytest
 
-from tokenpilot.adapters.interference import ProbeError, _bounded
+from tokenpilot.adapters.interference import _bounded
+from tokenpilot.core.interference import ProbeError
 
 
 async def test_a_cancel_landing_with_the_result_is_not_lost() -> None:

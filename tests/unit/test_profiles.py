@@ -12,10 +12,9 @@ from tokenpilot.adapters.profiles import (
     load_catalog,
     parse_configmap_data,
 )
+from tokenpilot.api.gpu_profile import GPUProfile, ParameterBasis
 from tokenpilot.core.errors import InvalidSpec, UnknownGPU
 from tokenpilot.core.profiles import (
-    GPUProfile,
-    ParameterBasis,
     ProfileCatalog,
     measurements_under_floor,
     merge_catalogs,

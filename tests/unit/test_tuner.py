@@ -9,13 +9,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import DEFAULT_MAX_NUM_SEQS, BatchingProfile, BoundKind, SeqsSource
 from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
-from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.tuner import recommend, vllm_default_token_budget
 
 CATALOG = load_builtin_catalog()

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tokenpilot.api.llmservice import LLMServiceSpec
 from tokenpilot.cli import main
 from tokenpilot.core.durations import format_duration_s
-from tokenpilot_lab.commands.simulate import parse_slo
+from tokenpilot_lab.commands.simulate.flags import parse_slo
 
 ITL_WORDS = (
     "is not a plausible P99 inter-token latency; write a duration from 1ms to 10s with its "

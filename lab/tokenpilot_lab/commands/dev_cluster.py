@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tokenpilot_lab.devcluster import build, cluster, paths, state
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 from tokenpilot_lab.podrunner.runner import POD_MODES
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tokenpilot_lab.devcluster import kube
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 from tokenpilot_lab.podrunner import containers, imagemap
 from tokenpilot_lab.podrunner.runner import POD_MODES, PodRunner, install_signal_handlers
 

@@ -13,13 +13,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from tokenpilot.adapters.interference import (
-    ProbeError,
-    ProbeSettings,
-    format_heatmap,
-    run_heatmap,
-    run_probe,
-)
+from tokenpilot.adapters.interference import run_heatmap, run_probe
+from tokenpilot.core.interference import ProbeError, ProbeSettings, format_heatmap
 
 
 def _ints(text: str) -> list[int]:

@@ -29,7 +29,7 @@ from tokenpilot_lab.demo.observe import Observer, Sample
 from tokenpilot_lab.demo.settings import DemoSettings
 from tokenpilot_lab.demo.stack import DemoError, Stack
 from tokenpilot_lab.demo.view import LiveView
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 from tokenpilot_lab.loadgen import Balancer, LoadGenerator, LoadResult
 
 # After the service is back at minReplicas, keep sampling this long so the plot shows it hold.

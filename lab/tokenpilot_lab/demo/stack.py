@@ -24,7 +24,7 @@ from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.api.crd import crd
 from tokenpilot_lab.demo.settings import NAMESPACE, SERVICE, DemoSettings, service_manifest
 from tokenpilot_lab.devcluster import cluster, paths
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 
 # One cluster per run, named after the process, so two demos (or a demo and a developer's own
 # cluster) never share state; a run killed before its teardown is swept by the next one.

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenpilot_lab.devcluster import paths
-from tokenpilot_lab.devcluster.errors import BinariesMissing, BuildFailed, ToolchainMissing
 from tokenpilot_lab.devcluster.versions import CLIENT_TOOLS, COMPONENTS, Component
+from tokenpilot_lab.host.errors import BinariesMissing, BuildFailed, ToolchainMissing
 
 MIN_GO = (1, 24)
 RECEIPT = "build.json"

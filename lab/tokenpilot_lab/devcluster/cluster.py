@@ -27,12 +27,10 @@ from tokenpilot_lab.devcluster import (
     certs,
     components,
     kube,
-    kubeconfig,
     kwokconfig,
     nodepools,
     paths,
     ports,
-    procs,
     state,
 )
 from tokenpilot_lab.devcluster.components import (
@@ -42,13 +40,14 @@ from tokenpilot_lab.devcluster.components import (
     SERVICE_IP,
     Timeouts,
 )
-from tokenpilot_lab.devcluster.errors import (
+from tokenpilot_lab.devcluster.versions import KUBERNETES_VERSION
+from tokenpilot_lab.host import kubeconfig, procs
+from tokenpilot_lab.host.errors import (
     ComponentFailed,
     DevClusterError,
     StateDirError,
     WaitTimeout,
 )
-from tokenpilot_lab.devcluster.versions import KUBERNETES_VERSION
 from tokenpilot_lab.podrunner import imagemap
 from tokenpilot_lab.podrunner.containers import Podman
 

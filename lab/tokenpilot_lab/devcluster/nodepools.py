@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tokenpilot_lab.devcluster.errors import NodePoolError
+from tokenpilot_lab.host.errors import NodePoolError
 from tokenpilot_lab.inputfile import InputFile
 
 GPU_RESOURCE = "nvidia.com/gpu"

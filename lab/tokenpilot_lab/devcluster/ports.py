@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from tokenpilot_lab.devcluster.errors import PortInUse
+from tokenpilot_lab.host.errors import PortInUse
 
 HOST = "127.0.0.1"
 

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tokenpilot_lab.devcluster import cluster, kube, paths, state
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 
 T = TypeVar("T")
 
@@ -57,18 +57,56 @@ def eventually(
     what: str = "condition",
 ) -> T:
     """Poll `check` until it returns something truthy; fail the test after `timeout_s`."""
+    result, last_error = _poll(check, timeout_s, interval_s)
+    if result:
+        return result
+    detail = f" (last: {last_error})" if last_error else ""
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{detail}")
+
+
+def within(check: Callable[[], T | None], *, timeout_s: float, interval_s: float = 0.2) -> T | None:
+    """Poll `check` until it returns something truthy, or None after `timeout_s`: for a test
+    that reports what did not happen rather than failing at the first."""
+    return _poll(check, timeout_s, interval_s)[0] or None
+
+
+def _poll(
+    check: Callable[[], T | None], timeout_s: float, interval_s: float
+) -> tuple[T | None, Exception | None]:
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while True:
         try:
             result = check()
             if result:
-                return result
+                return result, None
         except AssertionError as exc:  # an assertion inside `check` means "not yet"
             last_error = exc
         if time.monotonic() > deadline:
-            detail = f" (last: {last_error})" if last_error else ""
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{detail}")
+            return None, last_error
+        time.sleep(interval_s)
+
+
+def stays(
+    check: Callable[[], object],
+    *,
+    for_s: float,
+    interval_s: float = 0.5,
+    what: str = "condition",
+) -> None:
+    """Poll `check` for `for_s` seconds; fail the test the first time it is falsy (or an
+    assertion inside it fails). That nothing happens can only be seen over a window: this is
+    that window, bounded, and it fails as soon as something does happen."""
+    deadline = time.monotonic() + for_s
+    while True:
+        try:
+            held = check()
+        except AssertionError as exc:
+            pytest.fail(f"{what} stopped holding: {exc}")
+        if not held:
+            pytest.fail(f"{what} stopped holding")
+        if time.monotonic() >= deadline:
+            return
         time.sleep(interval_s)
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenpilot_lab.devcluster.errors import StateDirError
-from tokenpilot_lab.devcluster.procs import ProcessRef, is_alive
+from tokenpilot_lab.host.errors import StateDirError
+from tokenpilot_lab.host.procs import ProcessRef, is_alive
 
 MARKER = ".tokenpilot-dev-cluster"
 RECORD = "state.json"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenpilot_lab.devcluster import kubeconfig
+from tokenpilot_lab.host import kubeconfig
 
 TOKEN_TTL_S = 7 * 24 * 3600
 

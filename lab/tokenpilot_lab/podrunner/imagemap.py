@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tokenpilot_lab.devcluster.errors import ImageMapError
+from tokenpilot_lab.host.errors import ImageMapError
 from tokenpilot_lab.inputfile import InputFile
 
 PLACEHOLDERS = ("{python}", "{args}", "{pod_ip}", "{port}")

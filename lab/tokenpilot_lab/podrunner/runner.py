@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenpilot_lab.devcluster import procs
+from tokenpilot_lab.host import procs
 from tokenpilot_lab.podrunner import containers, credentials, kubelet, probes
 from tokenpilot_lab.podrunner.imagemap import (
     ImageMap,

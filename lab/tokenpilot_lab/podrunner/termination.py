@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenpilot_lab.devcluster import procs
+from tokenpilot_lab.host import procs
 
 log = logging.getLogger("tokenpilot.pod-runner")
 

@@ -14,15 +14,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from tokenpilot.adapters.interference import (
-    SNAPSHOT_TIME,
-    ProbeError,
-    ProbeSettings,
-    UnmeasurableError,
-    run_probe,
-)
+from tokenpilot.adapters.interference import SNAPSHOT_TIME, run_probe
 from tokenpilot.core.calibration.derive import PointResult
 from tokenpilot.core.calibration.grid import DECODE_HEADROOM_TOKENS, GridPoint
+from tokenpilot.core.interference import ProbeError, ProbeSettings, UnmeasurableError
 
 _KV_TOKENS = re.compile(r'vllm:cache_config_info\{[^}]*kv_cache_size_tokens="(\d+)"')
 _KV_BLOCKS = re.compile(r'vllm:cache_config_info\{[^}]*num_gpu_blocks="(\d+)"')

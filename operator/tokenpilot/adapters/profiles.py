@@ -15,14 +15,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot.core.profiles import (
-    EXAMPLE_PROFILE,
-    GPUProfile,
-    ProfileCatalog,
-    merge_catalogs,
-    parse_profile,
-)
+from tokenpilot.core.profiles import EXAMPLE_PROFILE, ProfileCatalog, merge_catalogs, parse_profile
 
 if TYPE_CHECKING:  # the kube client is not imported by `tokenpilot plan`, which reads files
     from tokenpilot.adapters.kube import KubeClient

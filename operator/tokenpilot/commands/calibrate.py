@@ -34,8 +34,8 @@ from tokenpilot.adapters.calibration import (
     measure_grid,
 )
 from tokenpilot.adapters.calibration_progress import parse_address, serving_progress
-from tokenpilot.adapters.interference import ProbeError, UnmeasurableError
 from tokenpilot.adapters.profiles import load_builtin_catalog
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
 from tokenpilot.commands.plan import _shape as read_model_shape
 from tokenpilot.core.calibration.cluster import RESULT_MAX_BYTES, encode_result
@@ -52,7 +52,8 @@ from tokenpilot.core.calibration.fit import FitError, StepFit, fit_step_rates
 from tokenpilot.core.calibration.grid import GridPoint, GridSize, plan_grid
 from tokenpilot.core.calibration.progress import Progress
 from tokenpilot.core.errors import TokenPilotError, UnknownGPU
-from tokenpilot.core.profiles import GPUProfile, profile_yaml
+from tokenpilot.core.interference import ProbeError, UnmeasurableError
+from tokenpilot.core.profiles import profile_yaml
 from tokenpilot.core.roofline import step_work
 
 EXIT_ENGINE = 1

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.errors import Infeasible, InvalidSpec
-from tokenpilot.core.profiles import GPUProfile
 
 GIB = 1024**3
 BLOCK_SIZE = 16

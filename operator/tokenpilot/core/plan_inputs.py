@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
     DEFAULT_BATCHING_PROFILE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -22,7 +23,6 @@ from tokenpilot.api.llmservice import (
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.durations import parse_duration_s
-from tokenpilot.core.profiles import GPUProfile
 
 
 @dataclass(frozen=True, slots=True)

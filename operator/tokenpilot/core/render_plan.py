@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.batching import BatchingDecision, spec_decision
 from tokenpilot.core.errors import Infeasible
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
-from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import RenderFacts, model_load_budget_s, render
 from tokenpilot.core.sku import NodeFacts, SkuChoice, choose_sku
 from tokenpilot.core.tuner import recommend

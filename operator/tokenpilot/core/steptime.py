@@ -45,13 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tokenpilot.api.gpu_profile import FittedValue, GPUProfile, ParameterBasis, StepModelParameters
 from tokenpilot.api.model_shape import ModelShape, model_preset
-from tokenpilot.core.profiles import (
-    FittedValue,
-    GPUProfile,
-    ParameterBasis,
-    StepModelParameters,
-)
 from tokenpilot.core.roofline import (
     PrefillChunk,
     StepWork,

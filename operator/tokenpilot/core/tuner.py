@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
     DEFAULT_MAX_NUM_SEQS,
     BatchingProfile,
@@ -51,7 +52,6 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
-from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
 from tokenpilot.core.steptime import step_time_model
 

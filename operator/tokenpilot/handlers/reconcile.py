@@ -30,12 +30,12 @@ from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.kube.pods import engine_pods
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import RECONCILER, apply_status
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import Infeasible, TokenPilotError
 from tokenpilot.core.events import reconcile_events
 from tokenpilot.core.pod_health import PodFailure, pod_failures
-from tokenpilot.core.profiles import GPUProfile
 from tokenpilot.core.render import selector_string
 from tokenpilot.core.render_drift import difference
 from tokenpilot.core.render_plan import Plan, plan

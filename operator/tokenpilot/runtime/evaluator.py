@@ -24,7 +24,7 @@ from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.pods import ready_engine_pods_by_service
 from tokenpilot.adapters.metrics import PodEndpoint
-from tokenpilot.core.profiles import GPUProfile
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.runtime.memories import Key, MemoryKeeper
 from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime, ServiceLoop
 

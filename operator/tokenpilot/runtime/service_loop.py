@@ -30,6 +30,7 @@ from tokenpilot.adapters.kube.scale import write_scale
 from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
 from tokenpilot.adapters.metrics import MetricsSources, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy, Decision
 from tokenpilot.core.autoscale.capacity import ReplicaModel
@@ -47,7 +48,6 @@ from tokenpilot.core.autoscale.observation import Current, Now
 from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec, replica_model
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.plan_inputs import plan_inputs
-from tokenpilot.core.profiles import GPUProfile
 
 log = logging.getLogger("tokenpilot.autoscaler")
 

@@ -20,8 +20,9 @@ from tokenpilot.adapters.kube.client import KubeClient
 from tokenpilot.adapters.kube.pods import engine_pods, engine_url, ready_pods
 from tokenpilot.adapters.kube.resources import CONFIGMAPS, JOBS
 from tokenpilot.adapters.kube.status import CALIBRATION
+from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.core.calibration.cluster import KEY_LABEL, CalibrationKey
-from tokenpilot.core.profiles import GPUProfile, parse_profile
+from tokenpilot.core.profiles import parse_profile
 
 MEASURED_LABEL = "serving.tokenpilot.dev/measured-profile"
 SKU_LABEL = "serving.tokenpilot.dev/sku"

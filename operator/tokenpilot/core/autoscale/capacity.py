@@ -152,14 +152,14 @@ class ReplicaModel:
         replica runs two kinds of step: the decodes beside a whole chunk, and the decodes
         alone. Steps of `step_s` carry `n = D × step_s` decodes, and a share `f` of them a
         chunk of `room = budget − n` tokens, with `f × room = P × step_s`; each kind is priced
-        once. (Pricing the mean composition instead, one step of `P t` prompt tokens, reads up
-        to 18 % short where the step's price bends at the ridge: a step under it costs the
-        weight read, a whole chunk over it its arithmetic.)
+        once. (Pricing the mean composition instead, one step of `P t` prompt tokens, reads
+        short where the step's price bends at the ridge: a step under it costs the weight
+        read, a whole chunk over it its arithmetic.)
 
         The composition is the measured step's, not the model's own steady step: engines
         slower than priced batch more decodes per step, and a step of more decodes costs more,
         so the measured step over this price is the slowdown itself, not the slowdown
-        amplified by the batch it brings (1.7 read for 1.5 on a light load). None where steps
+        amplified by the batch it brings. None where steps
         of `step_s` could not have carried `demand`: more decodes than max_num_seqs, or more
         prompt tokens than the budget leaves them."""
         p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s

@@ -17,12 +17,12 @@ them as often as steps carry them.
 How often the decodes do meet them is not in the histogram: it is set by the balancer and the
 concurrency, not by the engines. Behind a least-requests balancer with under one request per
 replica, a new prompt lands on an idle replica and is prefilled with no decode beside it; in a
-burst, prompts and decodes crowd the same replicas. Read as if every decode met chunks in the
-share `f`, the engines of the development trace (Azure code, H100 x8) read 0.95 at the
-profile's own pace, and 1.22 at 1.3x (docs/autoscaling.md, *What the engines show of the
-model*). So each interval reads `k (1 + a y)`, with `k` the slowdown and `a` how often the
-decodes met chunk steps, as a share of how often steps carried them; intervals with less chunk
-work to meet carry less of the unknown, and the slowdown is the reading where there is none:
+burst, prompts and decodes crowd the same replicas; read as if every decode met chunks in the
+share `f`, engines at the profile's own pace read under 1 (docs/autoscaling.md, *What the
+engines show of the model*). So each interval reads `k (1 + a y)`, with `k` the slowdown and
+`a` how often the decodes met chunk steps, as a share of how often steps carried them;
+intervals with less chunk work to meet carry less of the unknown, and the slowdown is the
+reading where there is none:
 the intercept at `y = 0` of a line through the remembered readings (`measured_pace`). Its slope
 is the steepest the readings allow at 99 % (the Theil-Sen upper bound), so the pace departs
 from `a = 1` only as far as the readings prove: a level load's readings share one chunk term
@@ -35,10 +35,10 @@ prices (`engine_slowness`).
 Only slower counts: engines faster than their profile keep the profile's margin, since one
 factor read at light load (the weight read) need not hold at the heavy load a fleet is sized
 for. And only by more than `PACE_TOLERANCE`: on engines that run exactly at the model's price
-the pace reads 0.97 to 1.00 (the fleet simulator, development data and generators), the
-model's own error on a load that moves within an interval and on the mean context it prices,
-so a smaller excess is not told from it; the Kubernetes HPA ignores ratios within the same
-10 % of its target, the noise of its own measurement.
+the pace reads a few percent under 1 (the model's own error on a load that moves within an
+interval and on the mean context it prices), so a smaller excess is not told from it; the
+Kubernetes HPA ignores ratios within the same 10 % of its target, the noise of its own
+measurement.
 
 What the engines showed is also the `PaceAsProfiled` condition (`engine_pace`): Unknown until
 measured, True within the tolerance, False when the model is corrected (the engines are not

@@ -2,10 +2,10 @@
 
 The autoscaler rewrites its status whenever the words change. A P99 interpolated inside a
 histogram bucket, or a forecast read as a quantile of a few hundred seconds of counters, is
-not known to three or six figures; printed that way it changed the words, and so cost an API
-write, at 79 to 99 % of the evaluations of the fleet simulator's runs (docs/autoscaling.md,
-*Status writes*). Two significant figures say what a reader can act on, and a figure that moves by
-more than its own precision still changes the words at once.
+not known to three or six figures; printed that way it would change the words, and so cost an
+API write, at nearly every evaluation (docs/autoscaling.md, *Status writes*). Two significant
+figures say what a reader can act on, and a figure that moves by more than its own precision
+still changes the words at once.
 """
 
 from __future__ import annotations

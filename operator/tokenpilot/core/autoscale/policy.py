@@ -1,7 +1,8 @@
 """The autoscaling policy: bounds, targets, windows and step limits, with the default reasons.
 
 A policy is a plain frozen value. The operator builds one from an LLMService's `spec.autoscaling`
-and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
+and `spec.slo`; the fleet simulator builds them directly. Defaults and why (the measurements
+behind them: docs/autoscaling.md, *Defaults and why*):
 
 - `target_queue_per_replica = 4.0`: vLLM admits waiting requests at the next step when a batch
   slot and KV blocks are free, so a few waiting requests per engine are arrival jitter; a queue
@@ -12,43 +13,29 @@ and `spec.slo`; the fleet simulator builds them directly. Defaults and why:
 - `panic_ratio = 2.0`: a latency at twice its SLO, or a queue at twice its target over two
   evaluations, is not noise; waiting would only make the backlog longer, so panic skips the
   scale-up window and may double the fleet in one step.
-- The queue needs two readings: it is a gauge read at one instant, and a burst that one scrape
-  catches (129 requests on two H100s in the Azure trace at x16) is admitted within a second at
-  a tuned budget, with TTFTs well inside the SLO. So the queue counts as the smaller of this
-  evaluation's reading and the previous one's, whatever its size: a real backlog is still there
-  one interval later (5 s, against a 90 s model load), and the windowed P99s (ITL, TTFT) still
-  act in the evaluation that sees them.
-- `scale_up_stabilization_s = 0`: react in the evaluation that sees the breach (the whole point
-  against HPA's 15-30 s loop); counting starting replicas is what prevents repeated scale-ups.
-- `max_scale_up_step = 4`: outside panic, add at most four replicas per decision so one bad
-  sample cannot claim a rack of GPUs; panic allows `max(4, current)` (doubling).
-- `scale_down_stabilization_s = 300`: the same calm window Kubernetes' HPA uses; a replica
-  removed too early costs a model load (minutes) to bring back, one kept too long costs minutes
-  of GPU time, so scale-down is deliberately slow.
-- Scale-down gate, as the smaller fleet would see it. A replica may go only when
-  (1) each latency is provably under its SLO now: the upper edge of the histogram bucket that
-  holds the P99 is at most the SLO (vLLM's coarse ITL buckets cannot hide a breach);
-  (2) the queue after the step, waiting spread over one replica fewer, is at most
-  `scale_down_ratio = 0.5` of its target; and (3) each P99 estimate, scaled by the load each
-  remaining replica would carry (the ready replicas over the replicas left), is at most
-  `scale_down_latency_ratio = 1.0` of its SLO. The projection is the hysteresis: a decode step
-  costs a fixed part (the weight read) plus a part per running sequence, so scaling the whole
-  step by the load ratio over-estimates the step after the move, by far on a GPU whose weight
-  read dominates (in the fleet simulation, two H100s down to one took the P99 ITL from 16 to
-  21 ms where the projection said 49 ms). A tighter ratio kept replicas whose removal cost
-  nothing; see docs/autoscaling.md. Tests (1) and (3) are skipped when the smaller fleet still
-  gives every request an engine of its own (no more requests in flight, running + waiting,
-  than replicas left): no step then carries more than one sequence, so no latency depends on
-  the fleet size. Without that exemption a GPU whose bare decode step fills a whole ITL bucket never
-  released a replica: on an L40S an 8B model's one-sequence step takes 23.8 ms, nearly every
-  gap lands in vLLM's 25-50 ms bucket, its P99 reads 49.7 ms at any load, and 49.7 x 3/2 kept
-  three replicas with nothing running.
-- A TTFT breach with the ITL within its SLO and no more requests in flight than engines is
-  the prompts' own prefill: each request has an engine to itself (a request seen waiting has
-  just arrived at an idle one), and more replicas cannot shorten one prefill. decide() holds
-  (`PrefillBound`) instead of scaling up, and steps down as above. A TTFT from load shows as
-  engines shared (prefills splitting one token budget, requests queued behind others), and
-  still scales up.
+- The queue needs two readings: it is a gauge read at one instant, and a burst one scrape
+  catches is admitted within a second at a tuned budget. The queue counts as the smaller of
+  this evaluation's reading and the previous one's: a real backlog is still there one interval
+  later, and the windowed P99s act in the evaluation that sees them.
+- `scale_up_stabilization_s = 0`: react in the evaluation that sees the breach; counting the
+  replicas that are starting is what prevents repeated scale-ups.
+- `max_scale_up_step = 4`: outside panic, at most four replicas per decision, so one bad sample
+  cannot claim a rack of GPUs; panic allows `max(4, current)` (doubling).
+- `scale_down_stabilization_s = 300`: the calm window Kubernetes' HPA uses; a replica removed
+  too early costs a model load to bring back, one kept too long costs minutes of GPU time.
+- Scale-down gate, as the smaller fleet would see it. A replica may go only when (1) each
+  latency is provably under its SLO now (the upper edge of the bucket that holds the P99 is at
+  most the SLO), (2) the queue spread over one replica fewer is at most `scale_down_ratio = 0.5`
+  of its target, and (3) each P99, scaled by the load each remaining replica would carry (the
+  ready replicas over the replicas left), is at most `scale_down_latency_ratio = 1.0` of its
+  SLO. The projection is the hysteresis: a decode step costs a fixed part (the weight read)
+  plus a part per running sequence, so scaling the whole step by the load ratio over-estimates
+  the step after the move. Tests (1) and (3) are skipped when the smaller fleet still gives
+  every request an engine of its own (no more requests in flight than replicas left): no step
+  then carries more than one sequence, so no latency depends on the fleet size, and a GPU
+  whose bare decode step fills a whole ITL bucket can still give replicas back.
+- A TTFT breach with the ITL within its SLO and no more requests in flight than engines is the
+  prompts' own prefill: more replicas cannot shorten it, so decide() holds (`PrefillBound`).
 - `max_scale_down_step = 1` and `scale_down_step_interval_s = 30`: after the window, remove one
   replica at a time and let the new load settle for a metrics window before the next.
 - `max_observation_age_s = 15`: three default intervals; an older observation is stale and the
@@ -139,7 +126,7 @@ class AutoscalePolicy:
         if self.startup_s < 0:
             raise InvalidPolicy("replicaStartup must be >= 0 seconds")
         if not 0 < self.attainment <= 1:
-            raise InvalidPolicy("slo.attainment must be in (0, 1]")
+            raise InvalidPolicy("spec.slo.attainment must be in (0, 1]")
 
     def clamp(self, replicas: int) -> int:
         """`replicas` forced into [min_replicas, max_replicas]."""

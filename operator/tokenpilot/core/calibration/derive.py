@@ -16,10 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
-from tokenpilot.core.calibration.fit import Observation, StepFit
-from tokenpilot.core.calibration.grid import GridPoint, Step, burst_steps
-from tokenpilot.core.profiles import (
+from tokenpilot.api.gpu_profile import (
     CalibrationRecord,
     DecodeStep,
     FittedRate,
@@ -33,6 +30,9 @@ from tokenpilot.core.profiles import (
     StepModelParameters,
     ThresholdAt,
 )
+from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape
+from tokenpilot.core.calibration.fit import Observation, StepFit
+from tokenpilot.core.calibration.grid import GridPoint, Step, burst_steps
 from tokenpilot.core.roofline import PrefillChunk, StepWork, step_floor_s
 from tokenpilot.core.steptime import DEFAULT_STEP_MODEL, StepTimeModel, step_time_model
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenpilot_lab.devcluster.errors import ComponentFailed
+from tokenpilot_lab.host.errors import ComponentFailed
 
 POLL_S = 0.1
 LOG_TAIL_LINES = 30
