@@ -38,8 +38,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name to ask for (default: the engine's first)")
     parser.add_argument("--max-requests", type=int, default=10_000, help="most requests sent")
     parser.add_argument("--max-in-flight", type=int, default=512, help="most outstanding")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to finish")
+    parser.add_argument(
+        "--timeout",
+        dest="request_timeout_s",
+        type=float,
+        default=120.0,
+        help="seconds per request",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        dest="drain_timeout_s",
+        type=float,
+        default=30.0,
+        help="seconds to finish",
+    )
     parser.add_argument("--seed", type=int, default=0, help="arrival times' random seed")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
@@ -65,20 +77,23 @@ def _phase(text: str, args: argparse.Namespace) -> LoadPhase:
     return LoadPhase(parts[0], duration_s, rate, prompt, max_tokens)
 
 
+_PLAN_FLAGS = (
+    "model",
+    "max_requests",
+    "max_in_flight",
+    "request_timeout_s",
+    "drain_timeout_s",
+    "seed",
+)
+
+
 def plan_from_args(args: argparse.Namespace) -> LoadPlan:
     if args.phase:
         phases = tuple(_phase(p, args) for p in args.phase)
     else:
         phases = (LoadPhase("load", args.duration, args.rate, args.prompt_tokens, args.max_tokens),)
-    plan = LoadPlan(
-        phases=phases,
-        model=args.model,
-        max_requests=args.max_requests,
-        max_in_flight=args.max_in_flight,
-        request_timeout_s=args.timeout,
-        drain_timeout_s=args.drain_timeout,
-        seed=args.seed,
-    )
+    # The flags are named as the plan's fields.
+    plan = LoadPlan(phases=phases, **{name: getattr(args, name) for name in _PLAN_FLAGS})
     plan.check()
     return plan
 
