@@ -76,7 +76,7 @@ histories = st.builds(
     History,
     breach_since_s=st.one_of(st.none(), st.floats(0, 1000)),
     calm_since_s=st.one_of(st.none(), st.floats(0, 1000)),
-    last_scale_up_s=st.one_of(st.none(), st.floats(0, 1000)),
+    last_short_s=st.one_of(st.none(), st.floats(0, 1000)),
     last_scale_down_s=st.one_of(st.none(), st.floats(0, 1000)),
 )
 

@@ -118,7 +118,7 @@ def _out_of_bounds(case: Case) -> Decision | None:
             Mode.scale_up,
             Reason.below_min,
             f"{current} replicas is below minReplicas {policy.min_replicas}",
-            replace(case.history, calm_since_s=None, last_scale_up_s=case.now_s),
+            replace(case.history, calm_since_s=None, last_short_s=case.now_s),
         )
     return case.decision(
         desired,
@@ -184,7 +184,8 @@ def _scale_up(case: Case) -> Decision:
         needed = case.need.replicas
     panic = pressure >= policy.panic_ratio
     figures = describe(policy, signals)
-    waiting = replace(history, breach_since_s=breach_since_s, calm_since_s=None)
+    # Every outcome of a breach finds the fleet short, whether it moves now or waits.
+    waiting = replace(history, breach_since_s=breach_since_s, calm_since_s=None, last_short_s=now_s)
     if needed <= current:
         return case.decision(
             current,
@@ -230,7 +231,7 @@ def _scale_up(case: Case) -> Decision:
         dominant(signals),
         f"{figures}: {pressure:.2f}x target, {serving} ready replicas need {needed}; "
         f"scaling {current} -> {desired}{tail}",
-        replace(waiting, last_scale_up_s=now_s),
+        waiting,
     )
 
 

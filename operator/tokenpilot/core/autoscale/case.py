@@ -44,34 +44,44 @@ class Case:
 
 @dataclass(frozen=True, slots=True)
 class Bounded:
-    """A move as one decision may make it; `too_soon_s` is set when it is a step down held by
-    the step-down interval: the seconds since the last step down."""
+    """A move as one decision may make it; `held` says why a step down waits, when it does."""
 
     replicas: int
-    too_soon_s: float | None = None
+    held: str | None = None
 
 
 def bounded(case: Case, wanted: int, step: int) -> Bounded:
     """`wanted` replicas as far as one decision may go towards them: at most `step` from the
-    current fleet, within [minReplicas, maxReplicas], and no step down sooner than
-    scale_down_step_interval_s after the last one."""
-    policy, current = case.policy, case.current
+    current fleet, within [minReplicas, maxReplicas]; and no step down inside the scale-down
+    window after an evaluation found the fleet short (a step up, or a breach that waited for
+    starting replicas or was held at maxReplicas: the replicas it asked for, Ready or not,
+    are kept for a whole window), nor sooner than scale_down_step_interval_s after the last
+    step down."""
+    policy, current, history, now_s = case.policy, case.current, case.history, case.now_s
     replicas = policy.clamp(min(current + step, max(current - step, wanted)))
-    last_s = case.history.last_scale_down_s
-    since_s = math.inf if last_s is None else case.now_s - last_s
-    if replicas < current and since_s < policy.scale_down_step_interval_s:
-        return Bounded(replicas, since_s)
+    if replicas >= current:
+        return Bounded(replicas)
+    short_s = math.inf if history.last_short_s is None else now_s - history.last_short_s
+    if short_s < policy.scale_down_stabilization_s:
+        return Bounded(
+            replicas,
+            f"the fleet was short {short_s:.0f} s ago; no step down inside the "
+            f"{policy.scale_down_stabilization_s:g} s scale-down window",
+        )
+    down_s = math.inf if history.last_scale_down_s is None else now_s - history.last_scale_down_s
+    if down_s < policy.scale_down_step_interval_s:
+        return Bounded(
+            replicas,
+            f"last step down {down_s:.0f} s ago, next after "
+            f"{policy.scale_down_step_interval_s:g} s",
+        )
     return Bounded(replicas)
 
 
-def too_soon(case: Case, since_s: float, lead: str, history: History) -> Decision:
+def held(case: Case, move: Bounded, lead: str, history: History) -> Decision:
+    """The fleet kept as it is: a step down the bounds hold back, and why."""
     return case.decision(
-        case.current,
-        Mode.steady,
-        Reason.stabilizing,
-        f"{lead} last step down {since_s:.0f} s ago, next after "
-        f"{case.policy.scale_down_step_interval_s:g} s",
-        history,
+        case.current, Mode.steady, Reason.stabilizing, f"{lead} {move.held}", history
     )
 
 

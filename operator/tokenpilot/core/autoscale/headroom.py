@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tokenpilot.core.autoscale.case import Case, blind_to_a_step_down, bounded, too_soon
+from tokenpilot.core.autoscale.case import Case, blind_to_a_step_down, bounded, held
 from tokenpilot.core.autoscale.decision import Decision, Mode, PrefillBound, Reason, Signals
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import Observation
@@ -35,13 +35,15 @@ def _size_to_need(case: Case, need: ModelNeed, figures: str) -> Decision:
     if need.replicas > current:
         desired = bounded(case, need.replicas, max(policy.max_scale_up_step, current)).replicas
         if desired <= current:
-            return case.decision(current, Mode.hold, Reason.at_max, lead, quiet)
+            return case.decision(
+                current, Mode.hold, Reason.at_max, lead, replace(quiet, last_short_s=case.now_s)
+            )
         return case.decision(
             desired,
             Mode.scale_up,
             Reason.predicted_demand,
             f"{lead}; scaling {current} -> {desired}",
-            replace(quiet, last_scale_up_s=case.now_s),
+            replace(quiet, last_short_s=case.now_s),
         )
     if need.replicas == current:
         return case.decision(current, Mode.steady, Reason.within_targets, lead, quiet)
@@ -61,8 +63,8 @@ def _size_to_need(case: Case, need: ModelNeed, figures: str) -> Decision:
             current, Mode.steady, Reason.within_targets, f"{lead}, but {crowded}", quiet
         )
     move = bounded(case, need.replicas, current)
-    if move.too_soon_s is not None:
-        return too_soon(case, move.too_soon_s, f"{lead};", quiet)
+    if move.held is not None:
+        return held(case, move, f"{lead};", quiet)
     return case.decision(
         move.replicas,
         Mode.scale_down,
@@ -117,8 +119,8 @@ def _step_down(case: Case, figures: str, bound: PrefillBound | None) -> Decision
             f"{policy.scale_down_stabilization_s:g} s scale-down window",
             calm,
         )
-    if target.too_soon_s is not None:
-        return too_soon(case, target.too_soon_s, f"{figures}:", calm)
+    if target.held is not None:
+        return held(case, target, f"{figures}:", calm)
     floor = max(n for _, n in floors)
     desired = max(floor, target.replicas)
     if desired >= current:

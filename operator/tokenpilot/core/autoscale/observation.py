@@ -155,7 +155,10 @@ class History:
     - `breach_since_s`: start of the current run of evaluations with a signal over target.
     - `calm_since_s`: start of the current run with every signal well under target and the
       whole fleet visible.
-    - `last_scale_up_s` / `last_scale_down_s`: when decide() last moved each way.
+    - `last_short_s`: when an evaluation last found the fleet short of what it needed (a step
+      up, or a breach that waited for starting replicas or was held at maxReplicas); no step
+      down follows inside the scale-down window.
+    - `last_scale_down_s`: when decide() last stepped down.
     - `last_queue_per_replica`: the queue read by the previous evaluation, None after a blind
       one; a queue counts only when two consecutive readings are over target.
     - `calm_floors`: for the evaluations of the calm run within the last scale-down window,
@@ -166,7 +169,7 @@ class History:
 
     breach_since_s: float | None = None
     calm_since_s: float | None = None
-    last_scale_up_s: float | None = None
+    last_short_s: float | None = None
     last_scale_down_s: float | None = None
     last_queue_per_replica: float | None = None
     calm_floors: tuple[tuple[float, int], ...] = ()
