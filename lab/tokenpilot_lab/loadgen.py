@@ -35,6 +35,10 @@ import httpx
 _PROMPT_TOKEN_ID = 1000
 
 
+# How arrivals are spaced within a phase (LoadPlan.arrivals).
+ARRIVALS = ("poisson", "even")
+
+
 class LoadError(ValueError):
     """A plan or endpoint the generator refuses; the message names the setting and the fix."""
 
@@ -71,6 +75,9 @@ class LoadPlan:
     request_timeout_s: float = 120.0
     drain_timeout_s: float = 30.0
     seed: int = 0
+    # Arrivals: "poisson" (exponential gaps from `seed`) or "even" (one every 1 / rate, the
+    # first half a gap in): the same mean, with none of a Poisson stream's clusters.
+    arrivals: str = "poisson"
 
     def check(self) -> None:
         if not self.phases:
@@ -83,6 +90,8 @@ class LoadPlan:
             raise LoadError("max in flight must be >= 1")
         if not self.request_timeout_s > 0 or not self.drain_timeout_s >= 0:
             raise LoadError("request timeout must be > 0 and drain timeout >= 0 seconds")
+        if self.arrivals not in ARRIVALS:
+            raise LoadError(f"arrivals {self.arrivals!r}: give one of {', '.join(ARRIVALS)}")
 
     @property
     def duration_s(self) -> float:
@@ -270,7 +279,7 @@ class LoadGenerator:
         start_s = 0.0
         for phase in plan.phases:
             end_s = start_s + phase.duration_s
-            next_s = start_s + (rng.expovariate(phase.rate_per_s) if phase.rate_per_s else end_s)
+            next_s = start_s + (self._gap(rng, phase, first=True) if phase.rate_per_s else end_s)
             while next_s < end_s:
                 if not await self._sleep(next_s - self.elapsed_s()):
                     return
@@ -281,10 +290,15 @@ class LoadGenerator:
                 else:
                     num_sent += 1
                     self._start(client, phase)
-                next_s += rng.expovariate(phase.rate_per_s)
+                next_s += self._gap(rng, phase, first=False)
             start_s = end_s
         # Arrivals end with the plan, not with the last arrival.
         await self._sleep(start_s - self.elapsed_s())
+
+    def _gap(self, rng: random.Random, phase: LoadPhase, *, first: bool) -> float:
+        if self.plan.arrivals == "even":
+            return (0.5 if first else 1.0) / phase.rate_per_s
+        return rng.expovariate(phase.rate_per_s)
 
     async def _drain(self) -> None:
         if self._in_flight:

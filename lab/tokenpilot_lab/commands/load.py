@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from tokenpilot_lab.loadgen import LoadError, LoadPhase, LoadPlan, run_plan, summarize
+from tokenpilot_lab.loadgen import ARRIVALS, LoadError, LoadPhase, LoadPlan, run_plan, summarize
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds to finish",
     )
     parser.add_argument("--seed", type=int, default=0, help="arrival times' random seed")
+    parser.add_argument(
+        "--arrivals",
+        choices=ARRIVALS,
+        default="poisson",
+        help="poisson (exponential gaps from --seed) or even (one every 1/rate)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
 
 
@@ -84,6 +90,7 @@ _PLAN_FLAGS = (
     "request_timeout_s",
     "drain_timeout_s",
     "seed",
+    "arrivals",
 )
 
 

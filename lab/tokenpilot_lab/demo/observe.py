@@ -41,6 +41,8 @@ class Sample:
     mode: str
     reason: str
     num_endpoints: int
+    # The decision's reason code (status.autoscaling.reasonCode; "" before the first).
+    reason_code: str = ""
     # The autoscaler's PaceAsProfiled condition as "status reason" ("" before it is written).
     pace: str = ""
 
@@ -91,6 +93,7 @@ class Observer:
             mode=str(decision.get("mode", "-")),
             reason=str(decision.get("reason", "")),
             num_endpoints=len(bases),
+            reason_code=str(decision.get("reasonCode", "")),
             pace=next(
                 (
                     f"{c.get('status')} {c.get('reason')}"

@@ -6,6 +6,7 @@ engine's time scale), the unit of the SLO and of the engines' own metrics.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,49 @@ def milestones(
         new_pods_ready_s=None if ready is None else ready.t_s - burst_start_s,
         back_to_min_s=None if back is None else back.t_s - burst_end_s,
     )
+
+
+# The story the demo tells, as bounds: the burst meets the minimum fleet, the first scale-up
+# comes within this many seconds of the burst's start (two 5 s evaluations that see the queue,
+# and a scrape's slack), the new pods become Ready, no replica is given back while the burst
+# runs, and the fleet is back at the minimum before the cool-down ends.
+FIRST_SCALE_UP_BOUND_S = 15.0
+
+
+def verdict(
+    samples: Sequence[Sample],
+    m: Milestones,
+    *,
+    burst_start_s: float,
+    burst_end_s: float,
+    min_replicas: int,
+) -> str | None:
+    """Why the run does not tell the demo's story, in one line, or None when it does."""
+    if m.replicas_at_start != min_replicas:
+        return (
+            f"{m.replicas_at_start} replicas when the burst started, not {min_replicas}: the "
+            "fleet scaled up in the quiet phase"
+        )
+    if m.first_scale_up_s is None:
+        return "no scale-up after the burst started"
+    if m.first_scale_up_s > FIRST_SCALE_UP_BOUND_S:
+        return (
+            f"the first scale-up came {m.first_scale_up_s:.1f} s after the burst started, over "
+            f"the {FIRST_SCALE_UP_BOUND_S:g} s bound"
+        )
+    if m.new_pods_ready_s is None:
+        return "the new pods never became Ready"
+    during = [s for s in samples if burst_start_s <= s.t_s < burst_end_s]
+    for before, after in itertools.pairwise(during):
+        if after.desired_replicas < before.desired_replicas:
+            return (
+                f"the fleet stepped down during the burst ({before.desired_replicas} -> "
+                f"{after.desired_replicas} at {after.t_s - burst_start_s:.0f} s, "
+                f"{after.reason_code or 'no reason code'})"
+            )
+    if m.back_to_min_s is None:
+        return f"not back at {min_replicas} replicas before the cool-down ended"
+    return None
 
 
 def itl_p99_engine_s(
@@ -127,13 +171,18 @@ def report(
     elapsed_s: float,
     png: str | None,
 ) -> dict[str, Any]:
-    """The demo's final JSON object."""
+    """The demo's final JSON object: `ok` and, when it is false, `why` in one line first."""
     burst_start_s = plan.phase_start_s("burst")
     burst_end_s = plan.phase_start_s("cool-down")
     m = milestones(samples, burst_start_s, burst_end_s, min_replicas)
     end_s = max((r.sent_at_s for r in records), default=burst_end_s) + 1
     errors = [r for r in records if r.error is not None]
+    why = verdict(
+        samples, m, burst_start_s=burst_start_s, burst_end_s=burst_end_s, min_replicas=min_replicas
+    )
     return {
+        "ok": why is None,
+        **({} if why is None else {"why": why}),
         "replicasAtStart": m.replicas_at_start,
         "replicasAtPeak": m.peak_desired_replicas,
         "readyReplicasAtPeak": m.peak_ready_replicas,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,6 +67,13 @@ def write_png(
             f"new pods Ready +{milestones.new_pods_ready_s:.0f} s", (at, 0.8), xytext=(4, 0),
             textcoords="offset points", fontsize=8, color="tab:green",
         )  # fmt: skip
+    # Every change of the desired replicas, with the reason code of the decision that made it.
+    for before, after in itertools.pairwise(samples):
+        if after.desired_replicas != before.desired_replicas:
+            ax_r.annotate(
+                after.reason_code or "?", (after.t_s, after.desired_replicas), xytext=(3, 4),
+                textcoords="offset points", fontsize=7, rotation=30, color="tab:blue",
+            )  # fmt: skip
     ax_r.legend(loc="upper right", fontsize=8)
 
     ax_q.plot(t, [s.num_waiting for s in samples], lw=1.5, label="waiting (queue)")
