@@ -197,9 +197,10 @@ def contenders(
         engine = engine_of(name)
         base = name.removesuffix(TUNED_SUFFIX)
         if base in ("tokenpilot", "vllm-default-budget"):
+            # The start-up is the operator's own: assumed until the run's first new replica
+            # is Ready, then measured from it (core.autoscale.plan.StartupMemory).
             policy = replace(
                 autoscale,
-                startup_s=fleet.cold_start_s,
                 # One replica as the operator's autoscaler prices it.
                 replica_model=ReplicaModel(
                     pricer=model_timer or timer,

@@ -62,7 +62,11 @@ class OperatorPolicy:
         scrapes = PodScrapes(
             at_s=view.scraped_at_s, samples=view.pods, num_pods_expected=view.num_ready
         )
-        current = Current(spec_replicas=view.spec_replicas, ready_replicas=view.num_ready)
+        current = Current(
+            spec_replicas=view.spec_replicas,
+            ready_replicas=view.num_ready,
+            pod_startups_s=view.pod_startups_s,
+        )
         self.state, decision, actions = step(self.state, scrapes, current, _now(view.now_s))
         for action in actions:
             if isinstance(action, PostEvent) and action.event.warning:

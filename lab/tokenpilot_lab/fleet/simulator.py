@@ -299,7 +299,8 @@ class FleetSimulation:
         if policy.source is MetricsSourceType.direct:
             self._scrape(now_s)
         spec = self._spec_replicas()
-        num_ready = len(self._serving(now_s))
+        serving = self._serving(now_s)
+        num_ready = len(serving)
         view = FleetView(
             now_s=now_s,
             scraped_at_s=self._last_scrape_s,
@@ -307,6 +308,9 @@ class FleetSimulation:
             num_ready=num_ready,
             num_starting=spec - num_ready,
             pods=self._last_pods,
+            pod_startups_s={
+                r.name: r.ready_s - r.created_s for r in serving if r.ready_s > r.created_s
+            },
         )
         choice = policy.decide(view)
         desired = max(self.config.min_replicas, min(self.config.max_replicas, choice.replicas))

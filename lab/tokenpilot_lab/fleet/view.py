@@ -13,7 +13,7 @@ latencies only as vLLM's cumulative histogram buckets, never as exact values.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenpilot.core.autoscale.window import EngineSample
 
@@ -33,6 +33,9 @@ class FleetView:
     num_ready: int
     num_starting: int
     pods: Mapping[str, EngineSample]
+    # Each Ready replica the run started (not the opening fleet): seconds from created to
+    # Ready, by name, as a pod's creation and Ready times say it.
+    pod_startups_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def total_running(self) -> float:

@@ -137,7 +137,11 @@ class ServiceLoop:
         source = self.runtime.sources.for_spec(service.spec.autoscaling.metrics)
         samples = await source.read(target, clock.monotonic_s())
         current = Current(
-            spec_replicas, len(pods), service.metadata.generation, tuple(service.status.conditions)
+            spec_replicas,
+            len(pods),
+            service.metadata.generation,
+            tuple(service.status.conditions),
+            {pod.name: pod.startup_s for pod in pods if pod.startup_s is not None},
         )
         self.state, decision, actions = step(state, samples, current, self.runtime.now())
         await self._carry_out(service, actions, previous=state)

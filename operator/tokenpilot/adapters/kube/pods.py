@@ -4,6 +4,7 @@ the Ready ones with their /metrics as the metrics sources need them."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from tokenpilot.adapters.kube.client import KubeClient
@@ -69,4 +70,28 @@ def _by_name(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _endpoints(pods: list[dict[str, Any]]) -> tuple[PodEndpoint, ...]:
-    return tuple(PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics") for pod in pods)
+    return tuple(
+        PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics", startup_s(pod))
+        for pod in pods
+    )
+
+
+def startup_s(pod: Mapping[str, Any]) -> float | None:
+    """Seconds from the pod's creation to its Ready condition's last transition (image pull,
+    weights, CUDA graphs, the first health check); None where either time is missing."""
+    created = _time(pod.get("metadata", {}).get("creationTimestamp"))
+    conditions = pod.get("status", {}).get("conditions") or []
+    ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    became_ready = _time(ready.get("lastTransitionTime"))
+    if created is None or became_ready is None:
+        return None
+    return max(0.0, (became_ready - created).total_seconds())
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None

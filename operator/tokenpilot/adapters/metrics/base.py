@@ -10,10 +10,12 @@ from tokenpilot.core.autoscale.loop import Samples
 
 @dataclass(frozen=True, slots=True)
 class PodEndpoint:
-    """A ready engine pod and the URL of its /metrics page."""
+    """A ready engine pod, the URL of its /metrics page, and how long it took from created to
+    Ready (None where the pod does not say)."""
 
     name: str
     metrics_url: str
+    startup_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,7 +179,7 @@ def _scale_up(case: Case) -> Decision:
     breach_since_s = now_s if history.breach_since_s is None else history.breach_since_s
     serving = max(seen.ready_replicas, seen.num_pods_expected)
     needed = math.ceil(serving * pressure - _EPSILON)
-    if case.need is not None and case.need.replicas > needed:
+    if case.need is not None and case.need.can_grow and case.need.replicas > needed:
         # The breach is the feedback; the model's forecast may already ask for more.
         needed = case.need.replicas
     panic = pressure >= policy.panic_ratio

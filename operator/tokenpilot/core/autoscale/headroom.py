@@ -12,7 +12,7 @@ from tokenpilot.core.autoscale.decision import Decision, Mode, PrefillBound, Rea
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.autoscale.plan import ModelNeed
-from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 from tokenpilot.core.autoscale.signals import describe
 
 
@@ -32,6 +32,15 @@ def _size_to_need(case: Case, need: ModelNeed, figures: str) -> Decision:
     policy, current = case.policy, case.current
     quiet = replace(case.history, breach_since_s=None, calm_since_s=None)
     lead = f"{figures}; {need.words}"
+    if need.replicas > current and not need.can_grow:
+        return case.decision(
+            current,
+            Mode.steady,
+            Reason.within_targets,
+            f"{lead}, but the forecast rests on {need.seen_s:.0f} s of load, under the "
+            f"{METRICS_WINDOW_S:g} s window it needs to ask for more: keeping {current}",
+            quiet,
+        )
     if need.replicas > current:
         desired = bounded(case, need.replicas, max(policy.max_scale_up_step, current)).replicas
         if desired <= current:

@@ -39,6 +39,7 @@ from tokenpilot.core.autoscale.observation import Current, History, Now, Observa
 from tokenpilot.core.autoscale.plan import (
     DemandMemory,
     PaceMemory,
+    StartupMemory,
     forecast_span,
     load_point,
     need,
@@ -75,13 +76,15 @@ class ServiceState:
     """One service's autoscaler between evaluations; start from `ServiceState(policy)`.
 
     `interval_s` is how often it is evaluated; the policy may change between steps (a new
-    spec) with `replace(state, policy=...)`.
+    spec) with `replace(state, policy=...)`. The forecast's horizon and lookback follow the
+    start-ups `startups` has seen (the policy's `startup_s` until then).
     """
 
     policy: AutoscalePolicy
     interval_s: float = 5.0
     window_s: float = METRICS_WINDOW_S
     rings: Mapping[str, Ring] = field(default_factory=dict)
+    startups: StartupMemory = field(default_factory=StartupMemory)
     demand: DemandMemory = field(default_factory=DemandMemory)
     pace: PaceMemory = field(default_factory=PaceMemory)
     history: History = field(default_factory=History)
@@ -102,7 +105,8 @@ def step(
         observation = replace(observation, awaiting_second_scrape=True)
 
     policy = state.policy
-    span = forecast_span(policy, state.interval_s)
+    startups = state.startups.add(current.pod_startups_s)
+    span = forecast_span(policy, state.interval_s, startups.startup_s(policy.startup_s))
     point = load_point(observation)
     demand = state.demand.add(point, span)
     pace = state.pace.add(
@@ -135,6 +139,7 @@ def step(
     next_state = replace(
         state,
         rings=rings,
+        startups=startups,
         demand=demand,
         pace=pace,
         history=decision.history,

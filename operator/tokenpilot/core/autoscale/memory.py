@@ -88,7 +88,9 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
     for at, row in enumerate(load):
         if row[1] <= 0:
             raise InvalidMemory(f"load[{at}].interval_s: must be over 0, found {row[1]}")
-    span = forecast_span(state.policy, state.interval_s)
+    span = forecast_span(
+        state.policy, state.interval_s, state.startups.startup_s(state.policy.startup_s)
+    )
     demand = DemandMemory.restore(
         load,
         _rows(memory, "jumps", _JUMP_FIELDS),

@@ -10,20 +10,22 @@ observations in the window reads as `LatencyQuantile(num_observations=0)`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tokenpilot.api.llmservice import Condition
 
 
 @dataclass(frozen=True, slots=True)
 class Current:
-    """What the cluster says at this evaluation."""
+    """What the cluster says at this evaluation. `pod_startups_s`: each Ready engine pod's
+    seconds from created to Ready, by pod name, where the pod says."""
 
     spec_replicas: int
     ready_replicas: int
     generation: int = 0
     conditions: Sequence[Condition] = ()
+    pod_startups_s: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,12 @@
-"""The plan: what the autoscaler remembers of the load and of the engines, and the fleet the step
-model says the forecast needs.
+"""The plan: what the autoscaler remembers of the load, of the engines and of their start-ups,
+and the fleet the step model says the forecast needs.
 
-Two memories, each a frozen value with `add` (one evaluation's reading), `snapshot` and
-`restore` (core.autoscale.memory writes them for a later process):
+`StartupMemory` holds how long the service's replicas took from created to Ready, as the
+cluster reports them: the forecast's horizon is the slowest of the recent ones (a replica
+asked for now serves only once it has started), and until one has been seen, the policy's
+start-up. Two memories of the load, each a frozen value with `add` (one evaluation's reading),
+`snapshot` and `restore` (core.autoscale.memory writes them for a later process; the start-ups
+are read again from the pods a new process finds):
 
 - `DemandMemory`: each interval's counted load over the lookback, the jumps over the forecast
   in force (kept for the records' hour) and the forecast they give (core.autoscale.demand).
@@ -18,7 +22,7 @@ the least it asks for in a breach.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tokenpilot.core.autoscale.capacity import ReplicaModel
@@ -41,7 +45,7 @@ from tokenpilot.core.autoscale.demand import (
 )
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import Load, Observation
-from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 
 # The jumps at or under the forecast are kept as one per this many seconds in a snapshot: they
 # count only as weight under the records' quantile (demand.record_jump reads at least 1.0).
@@ -58,19 +62,44 @@ class ForecastSpan:
     attainment: float
 
 
-def forecast_span(policy: AutoscalePolicy, interval_s: float) -> ForecastSpan:
-    """The lookback (core.autoscale.demand.lookback_s) and the horizon (a startup and an
-    evaluation interval) of `policy` evaluated every `interval_s`."""
+def forecast_span(policy: AutoscalePolicy, interval_s: float, startup_s: float) -> ForecastSpan:
+    """The lookback (core.autoscale.demand.lookback_s) and the horizon (a start-up and an
+    evaluation interval) of `policy` evaluated every `interval_s`, its replicas starting in
+    `startup_s`."""
     return ForecastSpan(
         lookback_s=lookback_s(
             scale_down_window_s=policy.scale_down_stabilization_s,
-            startup_s=policy.startup_s,
+            startup_s=startup_s,
             interval_s=interval_s,
             attainment=policy.attainment,
         ),
-        horizon_s=policy.startup_s + interval_s,
+        horizon_s=startup_s + interval_s,
         attainment=policy.attainment,
     )
+
+
+# The start-ups remembered: the pods seen most recently, so a rollout's new pods replace the
+# old ones' within a fleet's worth.
+STARTUPS_KEPT = 8
+
+
+@dataclass(frozen=True, slots=True)
+class StartupMemory:
+    """The created-to-Ready seconds of the service's most recently seen Ready pods, by name."""
+
+    seen_s: tuple[tuple[str, float], ...] = ()
+
+    def add(self, pod_startups_s: Mapping[str, float]) -> StartupMemory:
+        """This memory with the pods not seen before, the oldest forgotten past the cap."""
+        known = {name for name, _ in self.seen_s}
+        new = tuple((name, s) for name, s in sorted(pod_startups_s.items()) if name not in known)
+        if not new:
+            return self
+        return StartupMemory((*self.seen_s, *new)[-STARTUPS_KEPT:])
+
+    def startup_s(self, assumed_s: float) -> float:
+        """The slowest remembered start-up; `assumed_s` until one has been seen."""
+        return max((s for _, s in self.seen_s), default=assumed_s)
 
 
 def load_point(observation: Observation) -> LoadPoint | None:
@@ -250,6 +279,11 @@ class ModelNeed:
     # busiest interval, and so a smaller fleet.
     can_shrink: bool
     seen_s: float
+    # The forecast rests on a whole metrics window of load (`METRICS_WINDOW_S`): only then may
+    # it ask for a larger fleet. A younger one is an interval or two, which at a start (the
+    # first prompt not yet in the prefix cache, the first requests all in flight at once) need
+    # not be the load; the SLO signals scale up meanwhile.
+    can_grow: bool = True
 
 
 def need(
@@ -294,7 +328,11 @@ def need(
     watched_s = demand.watched_s(now_s)
     seen_s = outlook.span_s if watched_s is None else min(outlook.span_s, watched_s)
     return ModelNeed(
-        policy.clamp(replicas), words, seen_s >= policy.scale_down_stabilization_s, seen_s
+        policy.clamp(replicas),
+        words,
+        can_shrink=seen_s >= policy.scale_down_stabilization_s,
+        seen_s=seen_s,
+        can_grow=outlook.span_s >= METRICS_WINDOW_S,
     )
 
 

@@ -79,8 +79,9 @@ class AutoscalePolicy:
     max_scale_down_step: int = 1
     scale_down_step_interval_s: float = 30.0
     max_observation_age_s: float = 15.0
-    # How long a replica asked for now takes to serve (image, weights, CUDA graphs): the
-    # horizon the demand is forecast over.
+    # How long a replica asked for now takes to serve (image, weights, CUDA graphs), until the
+    # service's own pods have shown it (core.autoscale.plan.StartupMemory): the horizon the
+    # demand is forecast over.
     startup_s: float = 90.0
     # The share of requests that must meet the SLOs (spec.slo.attainment): how busy an
     # interval of the recent past the fleet must keep up with.
@@ -124,7 +125,9 @@ class AutoscalePolicy:
         if not self.max_observation_age_s > 0:
             raise InvalidPolicy("max_observation_age_s must be > 0")
         if self.startup_s < 0:
-            raise InvalidPolicy("replicaStartup must be >= 0 seconds")
+            raise InvalidPolicy(
+                "startup_s (the start-up assumed until one is measured) must be >= 0"
+            )
         if not 0 < self.attainment <= 1:
             raise InvalidPolicy("spec.slo.attainment must be in (0, 1]")
 
