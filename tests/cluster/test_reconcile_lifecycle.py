@@ -171,7 +171,7 @@ def test_hand_edit_of_the_deployment_comes_back(
     def restored() -> bool:
         d = get_deployment(client, namespace, "llama-8b-l40s") or {}
         image = d["spec"]["template"]["spec"]["containers"][0]["image"]
-        return bool(image == "vllm/vllm-openai:v0.10.1.1")
+        return bool(image == "vllm/vllm-openai:v0.32.0")
 
     eventually(restored, timeout_s=30, what="the operator to undo the hand edit")
 

@@ -229,7 +229,7 @@ def test_pods_that_cannot_be_scheduled_name_the_schedulers_reason(
 
 def test_an_image_that_cannot_be_pulled(client: KubeClient, namespace: str, operator: None):
     body = sample(L40S, namespace)
-    body["spec"]["engine"]["image"] = "registry.invalid/vllm/vllm-openai:v0.10.1.1"
+    body["spec"]["engine"]["image"] = "registry.invalid/vllm/vllm-openai:v0.32.0"
     create(client, body)
     eventually(
         lambda: naming(client, namespace, "ImagePullBackOff", "registry.invalid", "engine.image"),

@@ -16,6 +16,7 @@ from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, History, decide
 from tokenpilot.core.autoscale.observation import Observation
 from tokenpilot.core.autoscale.report import autoscaler_status, metrics_condition
 from tokenpilot.core.batching import spec_decision
+from tokenpilot.core.retune import Tuning
 from tokenpilot.core.status import DeploymentFacts, desired_status
 
 pytestmark = pytest.mark.cluster
@@ -37,7 +38,7 @@ def reconciler_writes(client: KubeClient, stale: LLMService, problem: str | None
         stale,
         deployment=READY,
         sku_name=None if problem else "H100-80GB",
-        batching=None if problem else BATCHING,
+        tuning=None if problem else Tuning.of(BATCHING),
         problem=problem,
         now=NOW,
     )

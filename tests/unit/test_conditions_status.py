@@ -8,6 +8,7 @@ from _llms import service
 from tokenpilot.api.llmservice import ConditionStatus, LLMService, LLMServiceStatus
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.batching import spec_decision
+from tokenpilot.core.retune import Tuning
 from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
@@ -87,7 +88,7 @@ def test_phase(deployment: DeploymentFacts | None, problem: str | None, phase: s
         service(),
         deployment=deployment,
         sku_name="H100-80GB",
-        batching=BATCHING,
+        tuning=Tuning.of(BATCHING),
         problem=problem,
         now=T0,
     )
@@ -107,24 +108,39 @@ def test_second_pass_changes_nothing() -> None:
         service(),
         deployment=facts(2),
         sku_name="H100-80GB",
-        batching=BATCHING,
+        tuning=Tuning.of(BATCHING),
         problem=None,
         now=T0,
     )
     svc = with_status(service(), first)
     again = desired_status(
-        svc, deployment=facts(2), sku_name="H100-80GB", batching=BATCHING, problem=None, now=T1
+        svc,
+        deployment=facts(2),
+        sku_name="H100-80GB",
+        tuning=Tuning.of(BATCHING),
+        problem=None,
+        now=T1,
     )
     assert again == first == owned_status(svc)
     changed = desired_status(
-        svc, deployment=facts(1), sku_name="H100-80GB", batching=BATCHING, problem=None, now=T1
+        svc,
+        deployment=facts(1),
+        sku_name="H100-80GB",
+        tuning=Tuning.of(BATCHING),
+        problem=None,
+        now=T1,
     )
     assert changed != owned_status(svc)
 
 
 def test_status_shows_tuning_selector_endpoint() -> None:
     status = desired_status(
-        service(), deployment=facts(2), sku_name="L40S", batching=BATCHING, problem=None, now=T0
+        service(),
+        deployment=facts(2),
+        sku_name="L40S",
+        tuning=Tuning.of(BATCHING),
+        problem=None,
+        now=T0,
     )
     assert status["tuning"]["maxNumBatchedTokens"] == 8192
     assert status["tuning"]["source"] == "Spec"

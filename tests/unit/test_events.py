@@ -11,6 +11,7 @@ from tokenpilot.core.autoscale.report import autoscaler_status, scale_event
 from tokenpilot.core.batching import spec_decision
 from tokenpilot.core.events import reconcile_events
 from tokenpilot.core.pod_health import PodFailure
+from tokenpilot.core.retune import Tuning
 from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot.core.status import DeploymentFacts, desired_status
 
@@ -23,7 +24,7 @@ def status(problem: str | None = None, budget: int = 2048) -> dict[str, Any]:
         service(),
         deployment=READY,
         sku_name=None if problem else "L40S",
-        batching=None if problem else spec_decision(budget, 64),
+        tuning=None if problem else Tuning.of(spec_decision(budget, 64)),
         problem=problem,
         now=T0,
     )
@@ -135,7 +136,7 @@ def degraded(reason: str, message: str) -> dict[str, Any]:
         service(),
         deployment=rolling,
         sku_name="L40S",
-        batching=spec_decision(2048, 64),
+        tuning=Tuning.of(spec_decision(2048, 64)),
         problem=None,
         now=T0,
         pod_failures=failures,

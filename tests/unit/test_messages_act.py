@@ -68,7 +68,7 @@ def test_an_infeasible_spec_says_it_once_and_briefly() -> None:
     svc = service(model__shape={"preset": "llama-3.1-70b"})
     refusal = _refusal(svc)
     status = desired_status(
-        svc, deployment=None, sku_name=None, batching=None, problem=str(refusal), now=NOW
+        svc, deployment=None, sku_name=None, tuning=None, problem=str(refusal), now=NOW
     )
     conditions = status["conditions"]
     assert status["phase"] == "Infeasible"

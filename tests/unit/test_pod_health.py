@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tokenpilot.core.batching import spec_decision
 from tokenpilot.core.pod_health import ORDER, PodFailure, pod_failure, pod_failures, verdict
+from tokenpilot.core.retune import Tuning
 from tokenpilot.core.status import DeploymentFacts, desired_status
 
 T0 = "2026-01-01T00:00:00Z"
@@ -183,7 +184,7 @@ def test_degraded_status_carries_the_verdict_in_ready_and_degraded_only() -> Non
         service(),
         deployment=ROLLING,
         sku_name="L40S",
-        batching=spec_decision(2048, 64),
+        tuning=Tuning.of(spec_decision(2048, 64)),
         problem=None,
         now=T0,
         pod_failures=pod_failures([body]),

@@ -13,6 +13,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from tokenpilot.api.model_shape import model_preset
+from tokenpilot.core.roofline import step_work
 from tokenpilot_lab.engine_sim import options as sim_options
 from tokenpilot_lab.engine_sim import timing
 from tokenpilot_lab.engine_sim.server import EngineSimServer, ServedModel, serve
@@ -50,8 +52,19 @@ def run(args: argparse.Namespace) -> int:
         log.warning("ignoring flags the engine simulator does not know: %s", " ".join(opts.ignored))
     log.info("engine-sim %s", description)
     served = ServedModel(opts.served_model_names, opts.model, opts.limits.max_model_len)
+    work = (
+        step_work(model_preset(opts.model_shape), opts.tensor_parallel_size)
+        if opts.mfu_metrics
+        else None
+    )
     server = EngineSimServer(
-        config, timer, served, opts.time_scale, rates_in_engine_time=opts.rates_in_engine_time
+        config,
+        timer,
+        served,
+        opts.time_scale,
+        rates_in_engine_time=opts.rates_in_engine_time,
+        histogram_buckets=opts.histogram_buckets,
+        work=work,
     )
     server.metrics.set_cache_config(
         {

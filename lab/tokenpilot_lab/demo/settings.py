@@ -100,7 +100,7 @@ def service_manifest(settings: DemoSettings) -> dict[str, Any]:
                 "shape": {"preset": "llama-3.1-8b"},
             },
             "engine": {
-                "image": "vllm/vllm-openai:v0.10.1.1",
+                "image": "vllm/vllm-openai:v0.32.0",
                 "maxModelLen": 8192,
                 "extraArgs": [
                     "--time-scale",

@@ -13,12 +13,13 @@ test running faster than real time reads the counts it served.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from tokenpilot.core import vllm_metrics as vm
+from tokenpilot.core.roofline import StepWork
 from tokenpilot_lab.sim import RequestStats, StepResult
 
 _ENGINE_INDEX = "0"
@@ -27,7 +28,17 @@ _ENGINE_INDEX = "0"
 class EngineMetrics:
     """One registry per server, labelled with the served model name and engine 0."""
 
-    def __init__(self, model_name: str, max_model_len: int, rates_time_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len: int,
+        rates_time_scale: float = 1.0,
+        *,
+        histogram_buckets: Mapping[str, Sequence[float]] | None = None,
+        work: StepWork | None = None,
+    ) -> None:
+        # With --enable-mfu-metrics: each step's work, counted as vLLM estimates it.
+        self.work = work
         self.registry = CollectorRegistry(auto_describe=True)
         self._exported = (
             self.registry
@@ -51,7 +62,7 @@ class EngineMetrics:
             elif family.type is vm.MetricType.gauge:
                 metric = gauges[family.name] = Gauge(**common)  # type: ignore[arg-type]
             else:
-                edges = family.bucket_edges(max_model_len)
+                edges = family.bucket_edges(max_model_len, histogram_buckets)
                 metric = histograms[family.name] = Histogram(buckets=edges, **common)  # type: ignore[arg-type]
             self._create_series(family, metric)
         self._cache_config_info = gauges["vllm:cache_config_info"]
@@ -88,6 +99,9 @@ class EngineMetrics:
         self.prefix_cache_hits = counter("vllm:prefix_cache_hits")
         self.generation_tokens = counter(vm.GENERATION_TOKENS)
         self.iteration_tokens = histogram(vm.ITERATION_TOKENS_TOTAL)
+        self.flops = counter("vllm:estimated_flops_per_gpu")
+        self.read_bytes = counter("vllm:estimated_read_bytes_per_gpu")
+        self.write_bytes = counter("vllm:estimated_write_bytes_per_gpu")
         self.ttft = histogram(vm.TIME_TO_FIRST_TOKEN_SECONDS)
         self.itl = histogram(vm.INTER_TOKEN_LATENCY_SECONDS)
         self.tpot = histogram(vm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS)
@@ -155,6 +169,13 @@ class EngineMetrics:
             self.prefix_cache_hits.inc(result.num_prefix_cache_hits)
         if result.preempted:
             self.preemptions.inc(len(result.preempted))
+        if self.work is not None:
+            # Per GPU: the linear layers' 2 x parameters per token, the weights read once a step,
+            # each new token's KV written.
+            tokens = result.num_prefill_tokens + result.num_decode_tokens
+            self.flops.inc(self.work.flops_per_token * tokens)
+            self.read_bytes.inc(self.work.weight_bytes)
+            self.write_bytes.inc(self.work.kv_bytes_per_token * tokens)
         for gap in itl_s:
             self.itl.observe(gap)
         for ttft in ttft_s:

@@ -11,9 +11,13 @@ that is out of range stops the start with a message naming the flag.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tokenpilot.core import vllm_metrics as vm
 from tokenpilot_lab.sim import EngineLimits
 
 DEFAULT_MODEL = "engine-sim"
@@ -76,6 +80,9 @@ class EngineSimOptions:
     num_kv_blocks: int | None
     rates_in_engine_time: bool
     ignored: tuple[str, ...]
+    # --custom-histogram-buckets, parsed; --enable-mfu-metrics.
+    histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    mfu_metrics: bool = False
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +129,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-kv-blocks", type=int, default=None, help="KV blocks (default: capacity planner)"
+    )
+    parser.add_argument(
+        "--custom-histogram-buckets",
+        default=None,
+        help="JSON: bucket family -> strictly increasing positive bounds (as vLLM's)",
+    )
+    parser.add_argument(
+        "--enable-mfu-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="count the estimated FLOPs and bytes of every step (as vLLM's)",
     )
     for flag in _IGNORED_WITH_VALUE:
         parser.add_argument(flag, dest=_ignored_dest(flag), help=argparse.SUPPRESS)
@@ -186,7 +204,43 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         num_kv_blocks=args.num_kv_blocks,
         rates_in_engine_time=args.rates_in_engine_time,
         ignored=tuple(unknown),
+        histogram_buckets=histogram_buckets(args.custom_histogram_buckets),
+        mfu_metrics=args.enable_mfu_metrics,
     )
+
+
+def histogram_buckets(text: str | None) -> dict[str, tuple[float, ...]]:
+    """`--custom-histogram-buckets`, refused as vLLM refuses it: one JSON object of bucket
+    families (vllm_metrics.BUCKET_FAMILY's values) to strictly increasing bounds above 0."""
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise OptionsError(f"--custom-histogram-buckets: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise OptionsError("--custom-histogram-buckets: give a JSON object of family -> bounds")
+    known = sorted(set(vm.BUCKET_FAMILY.values()))
+    out: dict[str, tuple[float, ...]] = {}
+    for family, bounds in data.items():
+        if family not in known:
+            raise OptionsError(
+                f"--custom-histogram-buckets: unknown bucket family {family!r}; known: "
+                f"{', '.join(known)}"
+            )
+        numbers = bounds if isinstance(bounds, list) else []
+        if not numbers or any(
+            isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or b <= 0
+            for b in numbers
+        ):
+            raise OptionsError(
+                f"--custom-histogram-buckets[{family!r}]: give a non-empty list of finite "
+                "numbers above 0"
+            )
+        if any(a >= b for a, b in itertools.pairwise(numbers)):
+            raise OptionsError(f"--custom-histogram-buckets[{family!r}]: bounds must increase")
+        out[family] = tuple(float(b) for b in numbers)
+    return out
 
 
 def parse(argv: Sequence[str]) -> EngineSimOptions:

@@ -16,12 +16,13 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from tokenpilot.core.roofline import StepWork
 from tokenpilot_lab.engine_sim.driver import EngineDriver, RequestStream, ScaledClock
 from tokenpilot_lab.engine_sim.metrics import EngineMetrics
 from tokenpilot_lab.sim import Engine, EngineConfig, InvalidRequest, SimRequest, StepTimer
@@ -86,10 +87,16 @@ class EngineSimServer:
         time_scale: float,
         *,
         rates_in_engine_time: bool = False,
+        histogram_buckets: Mapping[str, Sequence[float]] | None = None,
+        work: StepWork | None = None,
     ) -> None:
         self.served = served
         self.metrics = EngineMetrics(
-            served.names[0], config.max_model_len, time_scale if rates_in_engine_time else 1.0
+            served.names[0],
+            config.max_model_len,
+            time_scale if rates_in_engine_time else 1.0,
+            histogram_buckets=histogram_buckets,
+            work=work,
         )
         self.driver = EngineDriver(Engine(config, timer), self.metrics, ScaledClock(time_scale))
         self._ids = itertools.count()

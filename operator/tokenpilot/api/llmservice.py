@@ -28,6 +28,16 @@ from pydantic import (
 from tokenpilot.api import units
 from tokenpilot.api.base import ApiModel
 from tokenpilot.api.model_shape import MODEL_PRESETS, DType, ModelShape, model_preset
+from tokenpilot.api.workload import (
+    DEFAULT_RETUNE,
+    DEFAULT_RETUNE_COOLDOWN,
+    EngineCostsStatus,
+    RetuneMode,
+    RetuneRecommendation,
+    TuningBasis,
+    WorkloadSpec,
+    WorkloadStatus,
+)
 
 GROUP = "serving.tokenpilot.dev"
 VERSION = "v1alpha1"
@@ -39,6 +49,9 @@ SHORT_NAMES = ("llms",)
 CATEGORIES = ("tokenpilot",)
 
 AUTO = "auto"
+# The vLLM the operator renders for: its `vllm serve` flags are checked against this version's
+# parser (tests/engine), and the closed loop's metrics flags need it.
+DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
 # Each default lives here once: the CRD, the operator's planning, `tokenpilot plan` and the lab's
 # simulator read these names. The batching profile's default is `DEFAULT_BATCHING_PROFILE`,
 # below its enum.
@@ -261,9 +274,7 @@ TP_POWER_OF_TWO = CelRule(
 class EngineSpec(ApiModel):
     """The vLLM engine: image and `vllm serve` settings."""
 
-    image: str = Field(
-        "vllm/vllm-openai:v0.10.1.1", min_length=1, description="vLLM OpenAI server image."
-    )
+    image: str = Field(DEFAULT_ENGINE_IMAGE, min_length=1, description="vLLM OpenAI server image.")
     max_model_len: int = Field(
         DEFAULT_MAX_MODEL_LEN,
         ge=16,
@@ -286,6 +297,12 @@ class EngineSpec(ApiModel):
         description="More `vllm serve` arguments; flags the operator sets are rejected.",
     )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
+    workload_metrics: bool = Field(
+        True,
+        description="Give the engines the histogram buckets and the FLOPs and bytes counters the "
+        "operator learns the workload and the steps' costs from (--custom-histogram-buckets, "
+        "--enable-mfu-metrics; vLLM 0.32 or later): false for an older engine image.",
+    )
     resources: EngineResources = Field(
         default_factory=EngineResources, description="CPU and memory requests and limits."
     )
@@ -400,8 +417,26 @@ class BatchingSpec(ApiModel):
         description="Auto: on a SKU without a measured profile, run `tokenpilot calibrate` "
         "against the engine once and tune on the measured profile; Off: never.",
     )
+    retune: RetuneMode = Field(
+        DEFAULT_RETUNE,
+        description="When the workload the engines served moves the tuner's recommendation "
+        "materially: Auto rolls the engines to it (at most once per retuneCooldown, never during "
+        "a scale-up or an SLO breach); Advise publishes it in status.tuning.recommendation; "
+        "Off keeps the budget. Only where maxNumBatchedTokens or maxNumSeqs is `auto`.",
+    )
+    retune_cooldown: str = Field(
+        DEFAULT_RETUNE_COOLDOWN,
+        description="Least time between two re-tunes (1m to 168h).",
+        json_schema_extra=_duration(units.RETUNE_COOLDOWN),
+    )
 
     model_config = ConfigDict(json_schema_extra=_cel(SEQS_WITHIN_BUDGET))
+
+    @field_validator("retune_cooldown", mode="before")
+    @classmethod
+    def _cooldown(cls, value: object) -> object:
+        units.RETUNE_COOLDOWN.parse_s(value)
+        return value
 
     @model_validator(mode="after")
     def _budget_fits_seqs(self) -> Self:
@@ -570,6 +605,10 @@ class LLMServiceSpec(ApiModel):
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec, description="The SLO autoscaler."
     )
+    workload: WorkloadSpec = Field(
+        default_factory=WorkloadSpec,
+        description="What is known of the traffic before the engines serve any.",
+    )
     replicas: int = Field(
         1, ge=0, le=1000, description="Engine replicas; written by the autoscaler when enabled."
     )
@@ -677,6 +716,17 @@ class TuningStatus(ApiModel):
     upper_bound: BudgetBound | None = Field(None, description="The tuner's upper bound.")
     feasible: bool = Field(True, description="False when the SLOs cannot all be met.")
     reason: str = Field(description="Why, in words.")
+    # Optional: a status written before these fields existed must stay valid.
+    basis: TuningBasis | None = Field(
+        None, description="What the tuner planned for: Observed, Hints, Defaults or Spec."
+    )
+    planned_for: WorkloadSpec | None = Field(
+        None, description="The workload the budget was planned for (prompt P99, mean context)."
+    )
+    retuned_at: str | None = Field(None, description="When the budget was last re-tuned.")
+    recommendation: RetuneRecommendation | None = Field(
+        None, description="A budget the observed workload calls for that the engines do not run."
+    )
 
 
 class AutoscalingStatus(ApiModel):
@@ -726,6 +776,12 @@ class LLMServiceStatus(ApiModel):
     )
     tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")
     autoscaling: AutoscalingStatus | None = Field(None, description="Last autoscaling decision.")
+    workload: WorkloadStatus | None = Field(
+        None, description="The traffic the engines served, from their own metrics."
+    )
+    engine_costs: EngineCostsStatus | None = Field(
+        None, description="What the engines' steps cost, term by term, against the step model."
+    )
     calibration: CalibrationStatus | None = Field(None, description="The last calibration.")
 
 

@@ -7,6 +7,8 @@ lab and the CRD accept the same spellings and refuse with the same words; here t
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from tokenpilot.api.units import UNITS_WORDS, DurationRule, FractionRule, duration_s
 from tokenpilot.core.errors import InvalidSpec
 
@@ -51,3 +53,15 @@ def format_duration_s(seconds: float) -> str:
     if seconds >= 1e-6:
         return f"{seconds * 1e6:.3g} us"
     return f"{seconds * 1e9:.3g} ns"
+
+
+def seconds_between(earlier: str, later: str) -> float | None:
+    """Seconds from one RFC 3339 time to another; None where either does not parse."""
+    try:
+        start = datetime.fromisoformat(earlier.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(later.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if start.tzinfo is None or end.tzinfo is None:
+        return None
+    return (end - start).total_seconds()

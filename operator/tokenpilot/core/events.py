@@ -44,16 +44,18 @@ def reconcile_events(
     before: Mapping[str, Any],
     after: Mapping[str, Any],
     detail: str | None = None,
+    retuned: str | None = None,
 ) -> list[ServiceEvent]:
     """What one reconcile tells the user; `before` and `after` are the reconciler's status,
-    `detail` the longer reasons of a refused spec."""
+    `detail` the longer reasons of a refused spec, `retuned` the words of a re-tune this
+    reconcile made (a `Retuned` Event instead of `Tuned`)."""
     events = []
     old_tuning, new_tuning = before.get("tuning"), after.get("tuning")
     tuned = None
-    if new_tuning and old_tuning != new_tuning:
+    if new_tuning and _decision(old_tuning) != _decision(new_tuning):
         tuned = tuned_message(TuningStatus.model_validate(new_tuning))
     if applied:
-        reason = "Applied" if trigger in SPEC_TRIGGERS else "DriftCorrected"
+        reason = "Applied" if trigger in SPEC_TRIGGERS or retuned else "DriftCorrected"
         message = f"{trigger}: applied " + "; ".join(applied)
         if tuned and old_tuning is None:
             # The first tuning rides on the first apply: one Event, not two, per new service.
@@ -79,6 +81,19 @@ def reconcile_events(
         conditions = after.get("conditions", [])
         message = next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
         events.append(ServiceEvent(reason, message, warning=True))
-    if tuned:
+    if retuned:
+        events.append(ServiceEvent("Retuned", retuned))
+    elif tuned:
         events.append(ServiceEvent("Tuned", tuned))
     return events
+
+
+# What status.tuning says of the decision itself; what it was planned for, when it was
+# re-tuned and the recommendation it waits for change no engine and post no Tuned Event.
+_BOOKKEEPING = ("basis", "plannedFor", "retunedAt", "recommendation")
+
+
+def _decision(tuning: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if tuning is None:
+        return None
+    return {key: value for key, value in tuning.items() if key not in _BOOKKEEPING}

@@ -9,7 +9,7 @@ LLMService spec, parsing each SLO once under the API's field name; `PlanInputs.o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
@@ -21,6 +21,7 @@ from tokenpilot.api.llmservice import (
     LLMServiceSpec,
 )
 from tokenpilot.api.model_shape import ModelShape
+from tokenpilot.api.workload import WorkloadSpec
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.durations import parse_duration_s
 
@@ -102,3 +103,17 @@ def plan_inputs(spec: LLMServiceSpec, profile: GPUProfile) -> PlanInputs:
         gpu_memory_utilization=engine.gpu_memory_utilization,
     )
     return PlanInputs.of(profile, spec.model.shape.resolve(), service_level(spec), hints)
+
+
+def with_workload(inputs: PlanInputs, workload: WorkloadSpec | None) -> PlanInputs:
+    """`inputs` planned for `workload` (None: the API's defaults), its figures held within
+    maxModelLen."""
+    longest = inputs.hints.max_model_len
+    prompt = None if workload is None else workload.prompt_tokens_p99
+    context = None if workload is None else workload.mean_context_tokens
+    hints = replace(
+        inputs.hints,
+        prompt_p99_tokens=None if prompt is None else min(longest, prompt),
+        expected_context_tokens=None if context is None else min(longest, context),
+    )
+    return replace(inputs, hints=hints)

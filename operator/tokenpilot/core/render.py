@@ -19,7 +19,9 @@ from typing import Any
 from tokenpilot.api.llmservice import API_VERSION, KIND, LLMService
 from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.plan_inputs import service_level
 from tokenpilot.core.sku import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from tokenpilot.core.vllm_metrics import buckets_flag, rendered_buckets
 
 MANAGED_BY = "tokenpilot"
 SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
@@ -52,6 +54,8 @@ EMITTED_VLLM_FLAGS: dict[str, str] = {
     "--enable-chunked-prefill": "spec.batching.chunkedPrefill",
     "--no-enable-chunked-prefill": "spec.batching.chunkedPrefill",
     "--download-dir": "the operator (the model cache volume)",
+    "--custom-histogram-buckets": "spec.engine.workloadMetrics",
+    "--enable-mfu-metrics": "spec.engine.workloadMetrics",
 }
 # Flags that are not emitted but would contradict what is emitted.
 _RESERVED_FLAGS: dict[str, str] = {
@@ -197,6 +201,13 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
     ]
     if spec.model.revision is not None:
         args += ["--revision", spec.model.revision]
+    if spec.engine.workload_metrics:
+        # What the operator learns the workload and the steps' costs from (core.autoscale.plan).
+        slo = service_level(spec)
+        buckets = rendered_buckets(
+            spec.engine.max_model_len, itl_p99_slo_s=slo.itl_p99_s, ttft_p99_slo_s=slo.ttft_p99_s
+        )
+        args += ["--custom-histogram-buckets", buckets_flag(buckets), "--enable-mfu-metrics"]
     return args + list(spec.engine.extra_args)
 
 

@@ -17,11 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.gpu_profile import GPUProfile
-from tokenpilot.api.llmservice import LLMService
+from tokenpilot.api.llmservice import ConditionStatus, LLMService
+from tokenpilot.api.workload import TuningBasis, WorkloadSpec
+from tokenpilot.core import conditions as cond
+from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.batching import BatchingDecision, spec_decision
+from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible
-from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
+from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs, with_workload
 from tokenpilot.core.render import RenderFacts, model_load_budget_s, render
+from tokenpilot.core.retune import (
+    Gate,
+    Tuning,
+    capacity_gain,
+    observed_hints,
+    settle,
+    workload_mix,
+)
 from tokenpilot.core.sku import NodeFacts, SkuChoice, choose_sku
 from tokenpilot.core.tuner import recommend
 
@@ -33,6 +45,7 @@ class Plan:
     sku: SkuChoice[GPUProfile]
     facts: RenderFacts
     manifests: list[dict[str, Any]]
+    tuning: Tuning
 
 
 def weights_fit(
@@ -51,11 +64,62 @@ def weights_fit(
 
 
 def choose_batching(inputs: PlanInputs) -> BatchingDecision:
-    """The batching decision: the spec's integers win; `auto` takes the SLO tuner's answer."""
+    """The batching decision for these inputs: the spec's integers win; `auto` takes the SLO
+    tuner's answer."""
     hints = inputs.hints
     if hints.token_budget is not None and hints.max_num_seqs is not None:
         return spec_decision(hints.token_budget, hints.max_num_seqs)
     return recommend(inputs).decision
+
+
+def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
+    """The budget the engines run, planned for the workload status.tuning says, and whether the
+    workload they served moves them to another (core.retune)."""
+    spec, status = service.spec, service.status
+    if inputs.hints.token_budget is not None and inputs.hints.max_num_seqs is not None:
+        return Tuning(choose_batching(inputs), TuningBasis.spec, None)
+    given = spec.workload
+    hints = given if (given.prompt_tokens_p99 or given.mean_context_tokens) else None
+
+    def tune(workload: WorkloadSpec | None) -> BatchingDecision:
+        return choose_batching(with_workload(inputs, workload))
+
+    def gain(running: BatchingDecision, candidate: BatchingDecision) -> tuple[float, str | None]:
+        mix = None if status.workload is None else workload_mix(status.workload)
+        if mix is None:
+            return 1.0, None
+        return capacity_gain(
+            replica_model(inputs, running.token_budget, running.max_num_seqs),
+            replica_model(inputs, candidate.token_budget, candidate.max_num_seqs),
+            mix,
+        )
+
+    running = status.tuning
+    last_s = None
+    if running is not None and running.retuned_at is not None and now is not None:
+        last_s = seconds_between(running.retuned_at, now)
+    gate = Gate(
+        cooldown_s=parse_duration_s(spec.batching.retune_cooldown, "spec.batching.retuneCooldown"),
+        since_last_retune_s=last_s,
+        autoscaling=status.autoscaling,
+        rolling_out=now is None or _rolling_out(service),
+    )
+    return settle(
+        spec.batching,
+        running,
+        hints,
+        observed_hints(status.workload),
+        tune=tune,
+        gain=gain,
+        gate=gate,
+        now=now or "",
+    )
+
+
+def _rolling_out(service: LLMService) -> bool:
+    """Whether a rollout or a start of replicas is under way (the Progressing condition)."""
+    found = next((c for c in service.status.conditions if c.type == cond.PROGRESSING), None)
+    return found is not None and found.status is ConditionStatus.true
 
 
 def plan(
@@ -65,8 +129,10 @@ def plan(
     by_name: Callable[[str], GPUProfile],
     by_product: Callable[[str], GPUProfile],
     service_monitor_served: bool,
+    now: str | None = None,
 ) -> Plan:
-    """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible."""
+    """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible. `now` (RFC 3339) lets a
+    re-tune happen; without it the engines keep the budget they run."""
     spec = service.spec
     # Each candidate SKU's inputs, planned once: the fit check and the batching read the same.
     planned: dict[str, PlanInputs] = {}
@@ -80,13 +146,14 @@ def plan(
         fits=lambda candidate: weights_fit(service, candidate, planned),
     )
     inputs = planned.get(sku.sku.name) or plan_inputs(spec, sku.sku)
+    tuning = tuned(service, inputs, now)
     facts = RenderFacts(
         sku_name=sku.sku.name,
         gpu_product_labels=sku.product_labels,
-        batching=choose_batching(inputs),
+        batching=tuning.decision,
         service_monitor_served=service_monitor_served,
         model_load_budget_s=model_load_budget_s(
             inputs.shape.weight_bytes, inputs.hints.tensor_parallel_size
         ),
     )
-    return Plan(sku=sku, facts=facts, manifests=render(service, facts))
+    return Plan(sku=sku, facts=facts, manifests=render(service, facts), tuning=tuning)

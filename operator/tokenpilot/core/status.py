@@ -40,9 +40,10 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.batching import BatchingDecision, Bound
+from tokenpilot.core.batching import Bound
 from tokenpilot.core.pod_health import PodFailure, verdict
 from tokenpilot.core.render import endpoint, selector_string
+from tokenpilot.core.retune import Tuning
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def desired_status(
     *,
     deployment: DeploymentFacts | None,
     sku_name: str | None,
-    batching: BatchingDecision | None,
+    tuning: Tuning | None,
     problem: str | None,
     now: str,
     pod_failures: Sequence[PodFailure] = (),
@@ -200,9 +201,7 @@ def desired_status(
         "Infeasible" if problem else "Feasible",
         problem or "the spec can run on this cluster",
     )
-    tuning = (
-        tuning_status(batching, sku_name) if batching is not None and sku_name is not None else None
-    )
+    published = tuning_status(tuning, sku_name) if tuning and sku_name else None
     status = LLMServiceStatus(
         observed_generation=generation,
         phase=phase,
@@ -211,13 +210,15 @@ def desired_status(
         selector=selector_string(service),
         endpoint=endpoint(service),
         conditions=conditions,
-        tuning=tuning,
+        tuning=published,
     )
     return _reconciler_part(status)
 
 
-def tuning_status(batching: BatchingDecision, sku_name: str) -> TuningStatus:
-    """status.tuning: the batching decision as the API publishes it."""
+def tuning_status(tuning: Tuning, sku_name: str) -> TuningStatus:
+    """status.tuning: the batching decision as the API publishes it, with what it was planned
+    for and the re-tune it waits for, if any."""
+    batching = tuning.decision
     lower, upper = batching.lower, batching.upper
     return TuningStatus(
         sku=sku_name,
@@ -230,6 +231,10 @@ def tuning_status(batching: BatchingDecision, sku_name: str) -> TuningStatus:
         upper_bound=None if upper is None else _budget_bound(upper),
         feasible=batching.feasible,
         reason=batching.reason,
+        basis=tuning.basis,
+        planned_for=tuning.planned_for,
+        retuned_at=tuning.retuned_at,
+        recommendation=tuning.recommendation,
     )
 
 
@@ -246,5 +251,9 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
     # Absent, not null: in an apply, a field left out is a field given up.
     own = [c for c in status.conditions if c.type in cond.RECONCILER_TYPES]
     return status.model_copy(update={"conditions": own}).model_dump(
-        by_alias=True, mode="json", exclude={"autoscaling", "calibration"}, exclude_none=True
+        by_alias=True,
+        mode="json",
+        # The autoscaler's and the calibration writer's: each writer applies only what it owns.
+        exclude={"autoscaling", "calibration", "workload", "engine_costs"},
+        exclude_none=True,
     )

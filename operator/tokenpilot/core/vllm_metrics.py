@@ -12,6 +12,9 @@ is exposed as the sample `vllm:prompt_tokens_total`.
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -35,7 +38,15 @@ class MetricFamily:
     # The values vLLM creates a series for at start, for labels beyond model_name and engine.
     label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def bucket_edges(self, max_model_len: int) -> tuple[float, ...]:
+    def bucket_edges(
+        self, max_model_len: int, overrides: Mapping[str, Sequence[float]] | None = None
+    ) -> tuple[float, ...]:
+        """The family's edges: vLLM's defaults, or the engine's `--custom-histogram-buckets`
+        for its bucket family (vLLM's `vllm/v1/metrics/buckets.py`: one list per family
+        replaces the defaults of every histogram in it)."""
+        family = BUCKET_FAMILY.get(self.name)
+        if overrides and family is not None and family in overrides:
+            return tuple(float(b) for b in overrides[family])
         if self.buckets_up_to_max_model_len:
             return tuple(float(b) for b in buckets_1_2_5(max_model_len))
         return self.buckets
@@ -244,3 +255,84 @@ GENERATION_TOKENS = "vllm:generation_tokens"
 NUM_PREEMPTIONS = "vllm:num_preemptions"
 REQUEST_SUCCESS = "vllm:request_success"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+REQUEST_PREFILL_TIME_SECONDS = "vllm:request_prefill_time_seconds"
+
+# Each histogram's bucket family in vLLM 0.32 (vllm/v1/metrics/loggers.py): the key a
+# `--custom-histogram-buckets` entry names to replace the defaults of all its histograms.
+BUCKET_FAMILY: dict[str, str] = {
+    "vllm:request_prompt_tokens": "request_tokens",
+    "vllm:request_generation_tokens": "request_tokens",
+    "vllm:request_max_num_generation_tokens": "request_tokens",
+    "vllm:request_params_max_tokens": "request_tokens",
+    "vllm:request_prefill_kv_computed_tokens": "request_tokens",
+    "vllm:iteration_tokens_total": "iteration_tokens",
+    "vllm:request_params_n": "request_params_n",
+    "vllm:time_to_first_token_seconds": "time_to_first_token",
+    "vllm:inter_token_latency_seconds": "inter_token_latency",
+    "vllm:request_time_per_output_token_seconds": "inter_token_latency",
+    "vllm:e2e_request_latency_seconds": "request_latency",
+    "vllm:request_queue_time_seconds": "request_latency",
+    "vllm:request_inference_time_seconds": "request_latency",
+    "vllm:request_prefill_time_seconds": "request_latency",
+    "vllm:request_decode_time_seconds": "request_latency",
+    "vllm:request_num_preemptions": "request_num_preemptions",
+}
+# Token-count edges a P99 can be read from to within this share: each edge at most this much
+# over the one below it, from `TOKEN_EDGE_FINE_FROM` tokens up (powers of two below it).
+TOKEN_EDGE_RATIO = 1.1
+TOKEN_EDGE_FINE_FROM = 64
+
+
+def token_edges(max_model_len: int) -> tuple[float, ...]:
+    """Edges for the request_tokens family: 1, 2, 4 ... 64, then each at most 10 % over the
+    last (whole tokens), ending at maxModelLen. A P99 read from them is known to within its
+    bucket, under 10 % of its edge from 64 tokens up."""
+    edges = [float(e) for e in (1, 2, 4, 8, 16, 32, 64) if e < max_model_len]
+    edge = float(TOKEN_EDGE_FINE_FROM)
+    while edge < max_model_len:
+        edge = float(min(max_model_len, max(edge + 1, math.floor(edge * TOKEN_EDGE_RATIO))))
+        edges.append(edge)
+    if not edges or edges[-1] != max_model_len:
+        edges.append(float(max_model_len))
+    return tuple(edges)
+
+
+def with_edge(edges: Sequence[float], edge: float | None) -> tuple[float, ...]:
+    """`edges` with `edge` among them (an SLO: attainment is then read exactly)."""
+    if edge is None or edge in edges:
+        return tuple(edges)
+    return tuple(sorted((*edges, edge)))
+
+
+def rendered_buckets(
+    max_model_len: int, *, itl_p99_slo_s: float | None, ttft_p99_slo_s: float | None
+) -> dict[str, list[float]]:
+    """The `--custom-histogram-buckets` the operator gives its engines: token counts fine enough
+    for the tuner's P99s (`token_edges`), and vLLM's latency edges with the service's SLOs
+    among them."""
+    return {
+        "request_tokens": list(token_edges(max_model_len)),
+        "time_to_first_token": list(with_edge(TTFT_BUCKETS_S, ttft_p99_slo_s)),
+        "inter_token_latency": list(with_edge(TOKEN_LATENCY_BUCKETS_S, itl_p99_slo_s)),
+    }
+
+
+def buckets_flag(buckets: Mapping[str, Sequence[float]]) -> str:
+    """`buckets` as `--custom-histogram-buckets` takes them: one JSON object, compact."""
+    return json.dumps(
+        {k: [float(v) for v in vs] for k, vs in buckets.items()}, separators=(",", ":")
+    )
+
+
+def extra_series(max_model_len: int, buckets: Mapping[str, Sequence[float]]) -> int:
+    """Series per engine the custom buckets add over vLLM's defaults: one per extra edge, per
+    histogram of the family."""
+    extra = 0
+    for family in FAMILIES:
+        key = BUCKET_FAMILY.get(family.name)
+        if family.type is MetricType.histogram and key is not None and key in buckets:
+            extra += len(buckets[key]) - len(family.bucket_edges(max_model_len))
+    return extra

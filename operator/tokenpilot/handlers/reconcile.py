@@ -32,13 +32,13 @@ from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import RECONCILER, apply_status
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.batching import BatchingDecision
 from tokenpilot.core.errors import Infeasible, TokenPilotError
 from tokenpilot.core.events import reconcile_events
 from tokenpilot.core.pod_health import PodFailure, pod_failures
 from tokenpilot.core.render import selector_string
 from tokenpilot.core.render_drift import difference
 from tokenpilot.core.render_plan import Plan, plan
+from tokenpilot.core.retune import Tuning
 from tokenpilot.core.sku import NodeFacts
 from tokenpilot.core.status import DeploymentFacts, desired_status, owned_status
 
@@ -82,6 +82,7 @@ def _plan(rt: Runtime, service: LLMService) -> Plan:
         by_name=rt.by_name,
         by_product=rt.by_product,
         service_monitor_served=rt.service_monitor_served,
+        now=rt.clock.now_rfc3339(),
     )
 
 
@@ -150,7 +151,7 @@ def _reconcile(
     problem: str | None = None
     detail: str | None = None
     sku_name: str | None = None
-    batching: BatchingDecision | None = None
+    tuning: Tuning | None = None
     live_deployment: dict[str, Any] | None = None
     try:
         try:
@@ -167,7 +168,7 @@ def _reconcile(
         problem, detail = str(exc), exc.detail
         live_deployment = rt.client.get(DEPLOYMENTS.path(meta.namespace, meta.name))
     else:
-        sku_name, batching = decided.facts.sku_name, decided.facts.batching
+        sku_name, tuning = decided.facts.sku_name, decided.tuning
         for manifest in decided.manifests:
             compare, live = _live(rt, manifest, trigger, deployment)
             if not compare:
@@ -199,7 +200,7 @@ def _reconcile(
         service,
         deployment=facts,
         sku_name=sku_name,
-        batching=batching,
+        tuning=tuning,
         problem=problem,
         now=now,
         pod_failures=failures,
@@ -210,7 +211,8 @@ def _reconcile(
     if status_written:
         # A key left out (tuning after an Infeasible) is removed: the apply owns all of it.
         apply_status(rt.client, meta.namespace, meta.name, status, field_manager=RECONCILER)
-    for event in reconcile_events(trigger, applied, before, status, detail=detail):
+    retuned = None if tuning is None or problem is not None else tuning.retuned
+    for event in reconcile_events(trigger, applied, before, status, detail=detail, retuned=retuned):
         post_event(
             rt.client, namespace=meta.namespace, name=meta.name, uid=meta.uid, event=event, now=now
         )

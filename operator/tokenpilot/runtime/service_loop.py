@@ -186,7 +186,11 @@ class ServiceLoop:
             profile = self.profile_of(tuning.sku)
             key = (service.metadata.generation, tuning.max_num_batched_tokens, tuning.max_num_seqs)
             if self._model is None or self._model[0] != key or self._model[1] is not profile:
-                model = replica_model(plan_inputs(service.spec, profile), tuning)
+                model = replica_model(
+                    plan_inputs(service.spec, profile),
+                    tuning.max_num_batched_tokens,
+                    tuning.max_num_seqs,
+                )
                 self._model = (key, profile, model)
             return self._model[2]
         except TokenPilotError as error:

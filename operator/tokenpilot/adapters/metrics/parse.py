@@ -127,8 +127,8 @@ def _looks_like_exposition(text: str) -> bool:
     return True
 
 
-# The families the autoscaler reads from each engine; TTFT only when a TTFT SLO needs it.
-ENGINE_FAMILIES = frozenset(
+# The families the autoscaler's signals and demand are read from.
+SIGNAL_FAMILIES = frozenset(
     {
         vllm_metrics.NUM_REQUESTS_WAITING,
         vllm_metrics.NUM_REQUESTS_RUNNING,
@@ -141,6 +141,18 @@ ENGINE_FAMILIES = frozenset(
         vllm_metrics.REQUEST_SUCCESS,
     }
 )
+# And what the workload is learned from (core.autoscale.workload): the requests' lengths, the
+# prefix cache's lookups, the prefill times.
+WORKLOAD_FAMILIES = frozenset(
+    {
+        vllm_metrics.REQUEST_PROMPT_TOKENS,
+        vllm_metrics.REQUEST_GENERATION_TOKENS,
+        vllm_metrics.PREFIX_CACHE_QUERIES,
+        vllm_metrics.REQUEST_PREFILL_TIME_SECONDS,
+    }
+)
+# Every family the autoscaler reads from each engine; TTFT only when a TTFT SLO needs it.
+ENGINE_FAMILIES = SIGNAL_FAMILIES | WORKLOAD_FAMILIES
 ENGINE_FAMILIES_WITH_TTFT = ENGINE_FAMILIES | {vllm_metrics.TIME_TO_FIRST_TOKEN_SECONDS}
 
 
@@ -158,4 +170,11 @@ def engine_sample(page: MetricsPage, at_s: float) -> EngineSample:
         output_tokens_total=page.sum(f"{vllm_metrics.GENERATION_TOKENS}_total"),
         requests_total=page.sum(f"{vllm_metrics.REQUEST_SUCCESS}_total"),
         itl_sum_s=page.sum(f"{vllm_metrics.INTER_TOKEN_LATENCY_SECONDS}_sum"),
+        prompt_len_buckets=page.buckets(vllm_metrics.REQUEST_PROMPT_TOKENS),
+        prompt_len_sum=page.sum(f"{vllm_metrics.REQUEST_PROMPT_TOKENS}_sum"),
+        output_len_buckets=page.buckets(vllm_metrics.REQUEST_GENERATION_TOKENS),
+        output_len_sum=page.sum(f"{vllm_metrics.REQUEST_GENERATION_TOKENS}_sum"),
+        prefix_cache_queries_total=page.sum(f"{vllm_metrics.PREFIX_CACHE_QUERIES}_total"),
+        prefill_sum_s=page.sum(f"{vllm_metrics.REQUEST_PREFILL_TIME_SECONDS}_sum"),
+        prefill_count=page.sum(f"{vllm_metrics.REQUEST_PREFILL_TIME_SECONDS}_count"),
     )

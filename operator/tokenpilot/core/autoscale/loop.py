@@ -47,6 +47,7 @@ from tokenpilot.core.autoscale.plan import (
 from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 from tokenpilot.core.autoscale.report import invalid_spec_status, report
 from tokenpilot.core.autoscale.window import PodScrapes, Ring, observe_scrapes
+from tokenpilot.core.autoscale.workload import WorkloadMemory
 from tokenpilot.core.service_event import ServiceEvent
 
 Samples = PodScrapes | Observation
@@ -87,6 +88,7 @@ class ServiceState:
     startups: StartupMemory = field(default_factory=StartupMemory)
     demand: DemandMemory = field(default_factory=DemandMemory)
     pace: PaceMemory = field(default_factory=PaceMemory)
+    workload: WorkloadMemory = field(default_factory=WorkloadMemory)
     history: History = field(default_factory=History)
     applied: Mapping[str, Any] | None = None
     # Evaluations that read at least one pod. A P99 is a rate over two readings, so until the
@@ -116,6 +118,11 @@ def step(
         at_s=observation.observed_at_s,
         lookback_s=span.lookback_s,
     )
+    workload = state.workload.add(
+        None if point is None or observation.load is None else observation.load.served,
+        observation.observed_at_s,
+        0.0 if point is None else point.interval_s,
+    )
     evidence = Evidence(observation, need(policy, demand, pace, now.monotonic_s))
     decision = decide(policy, state.history, evidence, now.monotonic_s)
 
@@ -126,6 +133,7 @@ def step(
         decision,
         problems=observation.problems,
         pace=None if model is None else engine_pace(model, pace.pace, span.lookback_s),
+        workload=workload.learned(),
         now=now,
     )
     actions: list[Action] = []
@@ -142,6 +150,7 @@ def step(
         startups=startups,
         demand=demand,
         pace=pace,
+        workload=workload,
         history=decision.history,
         applied=applied,
         num_reading_evaluations=num_reading,

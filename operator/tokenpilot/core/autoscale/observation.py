@@ -79,6 +79,53 @@ class LatencyQuantile:
 
 
 @dataclass(frozen=True, slots=True)
+class Lengths:
+    """A length histogram's increase: cumulative buckets (tokens, requests) and the sum."""
+
+    buckets: tuple[tuple[float, float], ...]
+    total_tokens: float
+
+    @property
+    def num_requests(self) -> float:
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+    def plus(self, other: Lengths | None) -> Lengths:
+        if other is None:
+            return self
+        merged: dict[float, float] = dict(self.buckets)
+        for bound, count in other.buckets:
+            merged[bound] = merged.get(bound, 0.0) + count
+        return Lengths(tuple(sorted(merged.items())), self.total_tokens + other.total_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What the engines served over an interval beyond the counters' totals: the finished
+    requests' prompt and output lengths, the prefix cache's lookups and hits in tokens, and the
+    prefill-time histogram's seconds and count."""
+
+    prompt_lengths: Lengths | None = None
+    output_lengths: Lengths | None = None
+    cache_queries: float = 0.0
+    cache_hits: float = 0.0
+    prefill_sum_s: float = 0.0
+    prefill_count: float = 0.0
+
+    def plus(self, other: Served) -> Served:
+        def merged(a: Lengths | None, b: Lengths | None) -> Lengths | None:
+            return b if a is None else a.plus(b)
+
+        return Served(
+            merged(self.prompt_lengths, other.prompt_lengths),
+            merged(self.output_lengths, other.output_lengths),
+            self.cache_queries + other.cache_queries,
+            self.cache_hits + other.cache_hits,
+            self.prefill_sum_s + other.prefill_sum_s,
+            self.prefill_count + other.prefill_count,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Load:
     """What the engines took in over `interval_s`: the increases of vLLM's counters
     (`vllm:prompt_tokens`, `vllm:prompt_tokens_cached`, `vllm:generation_tokens`,
@@ -94,6 +141,7 @@ class Load:
     num_pods: int = 0
     num_itl_gaps: float = 0.0
     itl_sum_s: float = 0.0
+    served: Served = field(default_factory=Served)
 
     @property
     def is_finite(self) -> bool:

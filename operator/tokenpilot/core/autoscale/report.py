@@ -19,15 +19,18 @@ each writer applies only what it owns (adapters/kube/status.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import AutoscalingStatus, Condition, ConditionStatus
+from tokenpilot.api.workload import TokenFigures, WorkloadStatus
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.correction import EnginePace
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason
 from tokenpilot.core.autoscale.observation import Current, Now
+from tokenpilot.core.autoscale.workload import LearnedWorkload
 from tokenpilot.core.service_event import ServiceEvent
 
 
@@ -47,6 +50,7 @@ def report(
     problems: Sequence[str],
     pace: EnginePace | None,
     now: Now,
+    workload: LearnedWorkload | None = None,
 ) -> Report:
     """The Events and status of `decision`, from the status the autoscaler `applied` last (or,
     before its first apply, the conditions the cluster shows). `pace` is the PaceAsProfiled
@@ -77,7 +81,53 @@ def report(
         conditions=conditions,
         now=now.wall,
     )
+    if workload is not None:
+        figures = workload_status(workload, now).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        shown = (applied or {}).get("workload") or {}
+        if {**figures, "observedAt": None} == {**shown, "observedAt": None}:
+            figures["observedAt"] = shown["observedAt"]  # the same figures: no new write
+        owned["workload"] = figures
+    elif applied and "workload" in applied:
+        # A field left out of an apply is removed: keep the workload applied before.
+        owned["workload"] = applied["workload"]
     return Report(tuple(events), owned)
+
+
+def workload_status(workload: LearnedWorkload, now: Now) -> WorkloadStatus:
+    """status.workload: the figures to the precision they are known, so a steady workload
+    writes no status (means to three figures, counts and rates to two; a P99 is a bucket
+    edge)."""
+
+    def tokens(figures: TokenFigures | None) -> TokenFigures | None:
+        if figures is None:
+            return None
+        return TokenFigures(
+            mean=_digits(figures.mean, 3),
+            p99=figures.p99,
+            p99_resolution=_digits(figures.p99_resolution, 2),
+        )
+
+    context = workload.mean_context_tokens
+    return WorkloadStatus(
+        window_seconds=_digits(workload.window_s, 2),
+        requests=int(_digits(workload.num_requests, 2)),
+        prompt_tokens=tokens(workload.prompt),
+        output_tokens=tokens(workload.output),
+        mean_context_tokens=None if context is None else _digits(context, 3),
+        arrival_rate_per_second=_digits(workload.arrival_rate_per_s, 2),
+        prefix_cache_hit_rate=(
+            None
+            if workload.prefix_cache_hit_rate is None
+            else _digits(workload.prefix_cache_hit_rate, 2)
+        ),
+        observed_at=now.wall,
+    )
+
+
+def _digits(value: float, digits: int) -> float:
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else value
 
 
 def invalid_spec_status(

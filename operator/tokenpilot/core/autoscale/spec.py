@@ -3,7 +3,7 @@ the step model prices it."""
 
 from __future__ import annotations
 
-from tokenpilot.api.llmservice import LLMServiceSpec, TuningStatus
+from tokenpilot.api.llmservice import LLMServiceSpec
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
 from tokenpilot.core.durations import parse_duration_s
@@ -19,13 +19,13 @@ def evaluation_interval_s(spec: LLMServiceSpec) -> float:
     return parse_duration_s(spec.autoscaling.interval, "spec.autoscaling.interval")
 
 
-def replica_model(inputs: PlanInputs, tuning: TuningStatus) -> ReplicaModel:
-    """One replica of this service as it runs: the GPU's step model at the budget and
-    max_num_seqs in status.tuning, the KV cache the capacity planner found, the SLOs."""
+def replica_model(inputs: PlanInputs, token_budget: int, max_num_seqs: int) -> ReplicaModel:
+    """One replica of this service at a budget and max_num_seqs: the GPU's step model, the KV
+    cache the capacity planner found, the SLOs."""
     return ReplicaModel(
         pricer=step_time_model(inputs.profile, inputs.shape, inputs.hints.tensor_parallel_size),
-        token_budget=tuning.max_num_batched_tokens,
-        max_num_seqs=tuning.max_num_seqs,
+        token_budget=token_budget,
+        max_num_seqs=max_num_seqs,
         num_kv_tokens=inputs.capacity.num_kv_blocks * inputs.capacity.block_size,
         itl_slo_s=inputs.slo.itl_p99_s,
         ttft_slo_s=inputs.slo.ttft_p99_s,

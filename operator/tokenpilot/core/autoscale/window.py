@@ -13,7 +13,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenpilot.core.autoscale.observation import LatencyQuantile, Load, Observation
+from tokenpilot.core.autoscale.observation import (
+    LatencyQuantile,
+    Lengths,
+    Load,
+    Observation,
+    Served,
+)
 from tokenpilot.core.histogram import Bucket, add, quantile, window_delta
 
 P99 = 0.99
@@ -36,6 +42,16 @@ class EngineSample:
     requests_total: float | None = None
     # The inter-token latency histogram's `_sum` (seconds); its count is the +Inf bucket.
     itl_sum_s: float | None = None
+    # The workload: the prompt- and output-length histograms per finished request (cumulative
+    # buckets and `_sum`), the prefix cache's lookups in tokens, and the prefill-time histogram's
+    # `_sum` (seconds) and `_count`.
+    prompt_len_buckets: tuple[Bucket, ...] | None = None
+    prompt_len_sum: float | None = None
+    output_len_buckets: tuple[Bucket, ...] | None = None
+    output_len_sum: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefill_sum_s: float | None = None
+    prefill_count: float | None = None
 
 
 Ring = tuple[EngineSample, ...]
@@ -127,6 +143,7 @@ def _load(rings: Sequence[Ring]) -> Load | None:
     gaps = [0.0, 0.0]
     interval_s = 0.0
     num_pods = 0
+    served = Served()
     for ring in rings:
         if len(ring) < 2 or ring[-1].prompt_tokens_total is None:
             continue
@@ -136,12 +153,51 @@ def _load(rings: Sequence[Ring]) -> Load | None:
         if after.itl_sum_s is not None and after.itl_buckets:
             gaps[0] += _increase(_count(before.itl_buckets), after.itl_buckets[-1][1])
             gaps[1] += _increase(before.itl_sum_s, after.itl_sum_s)
+        served = served.plus(_served(before, after))
         interval_s = max(interval_s, after.at_s - before.at_s)
         num_pods += 1
     if num_pods == 0 or interval_s <= 0:
         return None
     prompt, cached, output, requests = totals
-    return Load(interval_s, prompt, cached, output, requests, num_pods, gaps[0], gaps[1])
+    return Load(interval_s, prompt, cached, output, requests, num_pods, gaps[0], gaps[1], served)
+
+
+def _served(before: EngineSample, after: EngineSample) -> Served:
+    """What one pod served between two readings: the requests' lengths, the prefix cache's
+    lookups, the prefill times (each family only where the page has it)."""
+    return Served(
+        prompt_lengths=_lengths(
+            before.prompt_len_buckets,
+            before.prompt_len_sum,
+            after.prompt_len_buckets,
+            after.prompt_len_sum,
+        ),
+        output_lengths=_lengths(
+            before.output_len_buckets,
+            before.output_len_sum,
+            after.output_len_buckets,
+            after.output_len_sum,
+        ),
+        cache_queries=_increase(
+            before.prefix_cache_queries_total, after.prefix_cache_queries_total
+        ),
+        cache_hits=_increase(before.cached_prompt_tokens_total, after.cached_prompt_tokens_total),
+        prefill_sum_s=_increase(before.prefill_sum_s, after.prefill_sum_s),
+        prefill_count=_increase(before.prefill_count, after.prefill_count),
+    )
+
+
+def _lengths(
+    buckets_then: tuple[Bucket, ...] | None,
+    sum_then: float | None,
+    buckets_now: tuple[Bucket, ...] | None,
+    sum_now: float | None,
+) -> Lengths | None:
+    if not buckets_now or sum_now is None:
+        return None
+    if not buckets_then or sum_then is None or buckets_now[-1][1] < buckets_then[-1][1]:
+        return Lengths(tuple(buckets_now), sum_now)  # the engine restarted: all of it is new
+    return Lengths(window_delta(buckets_then, buckets_now), _increase(sum_then, sum_now))
 
 
 def _increase(then: float | None, now: float | None) -> float:
