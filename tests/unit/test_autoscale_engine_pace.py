@@ -24,14 +24,15 @@ from tokenpilot.core.autoscale.correction import (
     MIN_STEP_SAMPLES,
     PACE_TOLERANCE,
     PaceReading,
-    engine_pace,
     engine_slowness,
     measured_pace,
     pace_reading,
 )
+from tokenpilot.core.autoscale.costs import EngineCosts, engine_pace
 from tokenpilot.core.autoscale.loop import Action, ApplyStatus, PostEvent, ServiceState, step
 from tokenpilot.core.autoscale.memory import restore, snapshot
 from tokenpilot.core.autoscale.observation import Current, Load, Now
+from tokenpilot.core.autoscale.plan import PaceMemory
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes, observe_scrapes
 from tokenpilot.core.roofline import ScaledPricer
 
@@ -266,9 +267,9 @@ def test_a_step_price_is_never_scaled_below_the_profiles() -> None:
     assert MODEL.slowed(1.5).pricer.iteration_s(1, 1) == 1.5 * MODEL.pricer.iteration_s(1, 1)
 
 
-def ratios(pace: float, num: int) -> float | None:
-    """The pace measured over `num` intervals that read `pace`."""
-    return measured_pace([PaceReading(INTERVAL_S * i, pace, 0.0) for i in range(num)])
+def ratios(pace: float, num: int) -> EngineCosts:
+    """The costs measured over `num` intervals whose steps read `pace`."""
+    return PaceMemory.of([PaceReading(INTERVAL_S * i, pace, 0.0) for i in range(num)]).costs
 
 
 def test_the_pace_condition_is_unknown_until_measured_then_says_which_way() -> None:

@@ -32,6 +32,7 @@ from tokenpilot.api.workload import (
     DEFAULT_RETUNE,
     DEFAULT_RETUNE_COOLDOWN,
     EngineCostsStatus,
+    PlannedFor,
     RetuneMode,
     RetuneRecommendation,
     TuningBasis,
@@ -720,8 +721,8 @@ class TuningStatus(ApiModel):
     basis: TuningBasis | None = Field(
         None, description="What the tuner planned for: Observed, Hints, Defaults or Spec."
     )
-    planned_for: WorkloadSpec | None = Field(
-        None, description="The workload the budget was planned for (prompt P99, mean context)."
+    planned_for: PlannedFor | None = Field(
+        None, description="The workload and step costs the budget was planned for."
     )
     retuned_at: str | None = Field(None, description="When the budget was last re-tuned.")
     recommendation: RetuneRecommendation | None = Field(

@@ -24,6 +24,19 @@ class WorkloadSpec(ApiModel):
     )
 
 
+class PlannedFor(ApiModel):
+    """The workload and the step costs a token budget was planned for."""
+
+    prompt_tokens_p99: int | None = Field(None, description="P99 prompt length in tokens.")
+    mean_context_tokens: int | None = Field(None, description="Mean context of a decode.")
+    decode_step_factor: float = Field(
+        1.0, description="Decode-only steps priced at this times the profile's price."
+    )
+    prefill_factor: float = Field(
+        1.0, description="Prefill beside the decodes priced at this times the profile's price."
+    )
+
+
 class RetuneMode(StrEnum):
     """What the operator does when the learned workload moves the tuner's recommendation."""
 

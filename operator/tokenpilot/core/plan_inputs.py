@@ -21,7 +21,7 @@ from tokenpilot.api.llmservice import (
     LLMServiceSpec,
 )
 from tokenpilot.api.model_shape import ModelShape
-from tokenpilot.api.workload import WorkloadSpec
+from tokenpilot.api.workload import PlannedFor
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.durations import parse_duration_s
 
@@ -61,6 +61,9 @@ class PlanInputs:
     slo: ServiceLevel
     hints: WorkloadHints
     capacity: CapacityPlan
+    # The engines' measured pace per term (decode-only steps, the prefill beside them), which
+    # the tuner prices steps at: the profile's (1, 1) until the engines have shown otherwise.
+    step_costs: tuple[float, float] = (1.0, 1.0)
 
     @staticmethod
     def of(
@@ -105,15 +108,16 @@ def plan_inputs(spec: LLMServiceSpec, profile: GPUProfile) -> PlanInputs:
     return PlanInputs.of(profile, spec.model.shape.resolve(), service_level(spec), hints)
 
 
-def with_workload(inputs: PlanInputs, workload: WorkloadSpec | None) -> PlanInputs:
-    """`inputs` planned for `workload` (None: the API's defaults), its figures held within
-    maxModelLen."""
+def with_workload(inputs: PlanInputs, planned: PlannedFor | None) -> PlanInputs:
+    """`inputs` planned for `planned` (None: the API's defaults at the profile's price), its
+    figures held within maxModelLen."""
     longest = inputs.hints.max_model_len
-    prompt = None if workload is None else workload.prompt_tokens_p99
-    context = None if workload is None else workload.mean_context_tokens
+    prompt = None if planned is None else planned.prompt_tokens_p99
+    context = None if planned is None else planned.mean_context_tokens
     hints = replace(
         inputs.hints,
         prompt_p99_tokens=None if prompt is None else min(longest, prompt),
         expected_context_tokens=None if context is None else min(longest, context),
     )
-    return replace(inputs, hints=hints)
+    costs = (1.0, 1.0) if planned is None else (planned.decode_step_factor, planned.prefill_factor)
+    return replace(inputs, hints=hints, step_costs=costs)

@@ -18,7 +18,7 @@ from typing import Any
 
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import ConditionStatus, LLMService
-from tokenpilot.api.workload import TuningBasis, WorkloadSpec
+from tokenpilot.api.workload import PlannedFor, TuningBasis
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.batching import BatchingDecision, spec_decision
@@ -30,7 +30,8 @@ from tokenpilot.core.retune import (
     Gate,
     Tuning,
     capacity_gain,
-    observed_hints,
+    hinted_plan,
+    observed_plan,
     settle,
     workload_mix,
 )
@@ -78,11 +79,9 @@ def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
     spec, status = service.spec, service.status
     if inputs.hints.token_budget is not None and inputs.hints.max_num_seqs is not None:
         return Tuning(choose_batching(inputs), TuningBasis.spec, None)
-    given = spec.workload
-    hints = given if (given.prompt_tokens_p99 or given.mean_context_tokens) else None
 
-    def tune(workload: WorkloadSpec | None) -> BatchingDecision:
-        return choose_batching(with_workload(inputs, workload))
+    def tune(planned: PlannedFor | None) -> BatchingDecision:
+        return choose_batching(with_workload(inputs, planned))
 
     def gain(running: BatchingDecision, candidate: BatchingDecision) -> tuple[float, str | None]:
         mix = None if status.workload is None else workload_mix(status.workload)
@@ -107,8 +106,8 @@ def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
     return settle(
         spec.batching,
         running,
-        hints,
-        observed_hints(status.workload),
+        hinted_plan(spec.workload),
+        observed_plan(status.workload, status.engine_costs),
         tune=tune,
         gain=gain,
         gate=gate,

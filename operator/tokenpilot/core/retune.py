@@ -31,13 +31,17 @@ from tokenpilot.api.llmservice import (
     TuningStatus,
 )
 from tokenpilot.api.workload import (
+    EngineCostsStatus,
+    PlannedFor,
     RetuneMode,
     RetuneRecommendation,
+    TermCost,
     TuningBasis,
     WorkloadSpec,
     WorkloadStatus,
 )
 from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
+from tokenpilot.core.autoscale.costs import TermEstimate
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.workload import MIN_REQUESTS
 from tokenpilot.core.batching import BatchingDecision
@@ -59,7 +63,7 @@ class Tuning:
 
     decision: BatchingDecision
     basis: TuningBasis
-    planned_for: WorkloadSpec | None
+    planned_for: PlannedFor | None
     retuned_at: str | None = None
     recommendation: RetuneRecommendation | None = None
     retuned: str | None = None
@@ -96,26 +100,48 @@ class Gate:
         return None
 
 
-def observed_hints(workload: WorkloadStatus | None) -> WorkloadSpec | None:
-    """The observed workload as the tuner's hints, once it rests on `MIN_REQUESTS`: the P99
-    prompt at its bucket's upper edge (the tuner plans for the longest prompt it may be) and
-    the mean context."""
+def observed_plan(
+    workload: WorkloadStatus | None, costs: EngineCostsStatus | None
+) -> PlannedFor | None:
+    """What the engines showed, as what to plan for, once the workload rests on
+    `MIN_REQUESTS`: the P99 prompt at its bucket's upper edge (the tuner plans for the longest
+    prompt it may be), the mean context, and each step term at its measured pace where it is
+    certain and slower than the profile (core.autoscale.costs)."""
     if workload is None or workload.requests < MIN_REQUESTS or workload.prompt_tokens is None:
         return None
     context = workload.mean_context_tokens
-    return WorkloadSpec(
+    decode = _slowdown(None if costs is None else costs.decode_step)
+    prefill = decode if costs is None or costs.prefill is None else _slowdown(costs.prefill)
+    return PlannedFor(
         prompt_tokens_p99=round(workload.prompt_tokens.p99),
         mean_context_tokens=None if context is None else max(1, round(context)),
+        decode_step_factor=decode,
+        prefill_factor=prefill,
     )
+
+
+def hinted_plan(hints: WorkloadSpec | None) -> PlannedFor | None:
+    """The spec's hints as what to plan for, at the profile's price."""
+    if hints is None or not (hints.prompt_tokens_p99 or hints.mean_context_tokens):
+        return None
+    return PlannedFor(
+        prompt_tokens_p99=hints.prompt_tokens_p99, mean_context_tokens=hints.mean_context_tokens
+    )
+
+
+def _slowdown(term: TermCost | None) -> float:
+    if term is None:
+        return 1.0
+    return TermEstimate(term.factor, term.uncertainty, term.readings).slowdown
 
 
 def settle(
     batching: BatchingSpec,
     running: TuningStatus | None,
-    hints: WorkloadSpec | None,
-    observed: WorkloadSpec | None,
+    hints: PlannedFor | None,
+    observed: PlannedFor | None,
     *,
-    tune: Callable[[WorkloadSpec | None], BatchingDecision],
+    tune: Callable[[PlannedFor | None], BatchingDecision],
     gain: Callable[[BatchingDecision, BatchingDecision], tuple[float, str | None]],
     gate: Gate,
     now: str,
@@ -170,7 +196,7 @@ def settle(
     )
 
 
-def _planned_for(running: TuningStatus | None, hints: WorkloadSpec | None) -> WorkloadSpec | None:
+def _planned_for(running: TuningStatus | None, hints: PlannedFor | None) -> PlannedFor | None:
     """What the running budget was planned for: the observed workload it was re-tuned on, or
     the spec's hints as they are now."""
     if running is not None and running.basis is TuningBasis.observed:
@@ -178,12 +204,10 @@ def _planned_for(running: TuningStatus | None, hints: WorkloadSpec | None) -> Wo
     return hints
 
 
-def _basis_of(running: TuningStatus | None, hints: WorkloadSpec | None) -> TuningBasis:
+def _basis_of(running: TuningStatus | None, hints: PlannedFor | None) -> TuningBasis:
     if running is not None and running.basis is TuningBasis.observed:
         return TuningBasis.observed
-    if hints is not None and (hints.prompt_tokens_p99 or hints.mean_context_tokens):
-        return TuningBasis.hints
-    return TuningBasis.defaults
+    return TuningBasis.defaults if hints is None else TuningBasis.hints
 
 
 def capacity_gain(

@@ -87,6 +87,45 @@ class ScaledPricer:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class TermScaledPricer:
+    """`pricer` with each term of a step priced at its own measured pace: a step of the decodes
+    alone `decode` times its price, and what the prefill chunks add to it `prefill` times.
+    Never faster than the profile on either term (see ScaledPricer)."""
+
+    pricer: StepPricer
+    decode: float
+    prefill: float
+
+    def __post_init__(self) -> None:
+        for name, factor in (("decode", self.decode), ("prefill", self.prefill)):
+            if not (math.isfinite(factor) and factor >= 1.0):
+                raise ValueError(
+                    f"a step's {name} term may only be scaled up (factor >= 1), got {factor}: "
+                    "a smaller factor could price a step faster than the GPU's datasheet allows"
+                )
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float:
+        alone_s = self.pricer.iteration_s(num_decodes, decode_context_tokens)
+        if not prefill_chunks:
+            return self.decode * alone_s
+        with_chunks_s = self.pricer.iteration_s(num_decodes, decode_context_tokens, prefill_chunks)
+        return self.decode * alone_s + self.prefill * max(0.0, with_chunks_s - alone_s)
+
+
+def priced_at(pricer: StepPricer, decode: float, prefill: float) -> StepPricer:
+    """`pricer` at the engines' measured pace per term; one factor for both is ScaledPricer's,
+    none (both 1) the pricer itself."""
+    if decode == prefill:
+        return pricer if decode == 1.0 else ScaledPricer(pricer, decode)
+    return TermScaledPricer(pricer, decode, prefill)
+
+
 def attention_pairs(decode_context_tokens: int, prefill_chunks: Sequence[PrefillChunk]) -> int:
     """(query, key) pairs a step attends: each decode its context, each chunk causally."""
     pairs = decode_context_tokens

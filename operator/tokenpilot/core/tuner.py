@@ -35,7 +35,7 @@ lie in [max_num_seqs, max_model_len x max_num_seqs]. The step model is used only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,7 +52,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan
 from tokenpilot.core.durations import format_duration_s
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
-from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
+from tokenpilot.core.roofline import PrefillChunk, StepPricer, priced_at
 from tokenpilot.core.steptime import step_time_model
 
 # The slowest step must leave this fraction of the P99 ITL target for queueing and noise.
@@ -84,26 +84,41 @@ class StepModel(StepPricer, Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class AtMeasuredPace(ScaledPricer):
-    """A step model on engines measured `factor` times slower than it prices their steps (the
-    autoscaler's PaceAsProfiled condition): every step priced that much longer, never shorter
-    (ScaledPricer refuses a factor under 1), with the model's own threshold and basis."""
+class AtMeasuredPace:
+    """A step model on engines measured slower than it prices them, per term (the autoscaler's
+    status.engineCosts, or `tokenpilot plan --engine-slowdown`): decode-only steps `decode`
+    times its price, the prefill beside them `prefill` times, never shorter
+    (core.roofline.priced_at), with the model's own threshold and basis."""
 
-    pricer: StepModel
+    model: StepModel
+    decode: float
+    prefill: float
+
+    def iteration_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> float:
+        pricer = priced_at(self.model, self.decode, self.prefill)
+        return pricer.iteration_s(num_decodes, decode_context_tokens, prefill_chunks)
 
     @property
     def threshold_tokens(self) -> int:
-        return self.pricer.threshold_tokens
+        return self.model.threshold_tokens
 
     @property
     def measured(self) -> bool:
-        return self.pricer.measured
+        return self.model.measured
 
     def describe(self) -> str:
-        return (
-            f"{self.pricer.describe()}; every step priced {self.factor:g}x that, the pace the "
-            "engines were measured at"
+        pace = (
+            f"{self.decode:g}x that"
+            if self.decode == self.prefill
+            else f"{self.decode:g}x that for the decodes and {self.prefill:g}x for the prefill"
         )
+        measured = "the pace the engines were measured at"
+        return f"{self.model.describe()}; every step priced {pace}, {measured}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +231,11 @@ def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommenda
     )
     capacity = inputs.capacity.at_context(context)
     model: StepModel = step_time_model(profile, inputs.shape, hints.tensor_parallel_size)
+    decode, prefill = inputs.step_costs
     if engine_slowdown != 1.0:
-        model = AtMeasuredPace(model, engine_slowdown)
+        decode, prefill = decode * engine_slowdown, prefill * engine_slowdown
+    if (decode, prefill) != (1.0, 1.0):
+        model = AtMeasuredPace(model, decode, prefill)
     prices = StepPrices(model, context, prompt or DEFAULT_PROMPT_TOKENS)
     # Without an ITL target nothing bounds a step but the threshold.
     step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -110,7 +111,7 @@ class ServiceLoop:
         started_s = clock.monotonic_s()
         try:
             service = LLMService.model_validate(dict(body))
-            policy = policy_from_spec(service.spec, self._replica_model(service))
+            policy = policy_from_spec(service.spec, self._replica_model(service, pods))
             interval_s = evaluation_interval_s(service.spec)
         except (ValidationError, InvalidSpec) as error:
             # The user must fix the spec; keep the replicas and say so in status.
@@ -176,21 +177,25 @@ class ServiceLoop:
             return None
         return snapshot(self.state, self.runtime.now())
 
-    def _replica_model(self, service: LLMService) -> ReplicaModel | None:
-        """One replica as the step model prices it, once the reconciler has tuned it; planned
-        again only when the spec, the tuning or the GPU's profile changes."""
+    def _replica_model(
+        self, service: LLMService, pods: Sequence[PodEndpoint]
+    ) -> ReplicaModel | None:
+        """One replica as the step model prices it, at the batching the engines run (that of
+        most Ready pods; during a re-tune's rollout the budget coming is not yet theirs), once
+        the reconciler has tuned it; planned again only when the spec, the batching or the GPU's
+        profile changes."""
         tuning = service.status.tuning
         if tuning is None or self.profile_of is None:
             return None
+        budget, seqs = running_batching(pods) or (
+            tuning.max_num_batched_tokens,
+            tuning.max_num_seqs,
+        )
         try:
             profile = self.profile_of(tuning.sku)
-            key = (service.metadata.generation, tuning.max_num_batched_tokens, tuning.max_num_seqs)
+            key = (service.metadata.generation, budget, seqs)
             if self._model is None or self._model[0] != key or self._model[1] is not profile:
-                model = replica_model(
-                    plan_inputs(service.spec, profile),
-                    tuning.max_num_batched_tokens,
-                    tuning.max_num_seqs,
-                )
+                model = replica_model(plan_inputs(service.spec, profile), budget, seqs)
                 self._model = (key, profile, model)
             return self._model[2]
         except TokenPilotError as error:
@@ -270,3 +275,12 @@ class ServiceLoop:
             # A SKU the catalog no longer knows: no cost series rather than a wrong one.
             return tuning.sku, None
         return tuning.sku, profile.hourly_cost_usd * service.spec.gpus_per_replica
+
+
+def running_batching(pods: Sequence[PodEndpoint]) -> tuple[int, int] | None:
+    """The batching most of the Ready pods run (the smaller budget on a tie: the fleet is priced
+    at the capacity it surely has)."""
+    seen = Counter(pod.batching for pod in pods if pod.batching is not None)
+    if not seen:
+        return None
+    return max(seen.items(), key=lambda item: (item[1], -item[0][0]))[0]

@@ -71,9 +71,34 @@ def _by_name(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _endpoints(pods: list[dict[str, Any]]) -> tuple[PodEndpoint, ...]:
     return tuple(
-        PodEndpoint(pod["metadata"]["name"], f"{engine_url(pod)}/metrics", startup_s(pod))
+        PodEndpoint(
+            pod["metadata"]["name"], f"{engine_url(pod)}/metrics", startup_s(pod), batching(pod)
+        )
         for pod in pods
     )
+
+
+def batching(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(token budget, max_num_seqs) from the engine container's `vllm serve` arguments."""
+    for container in pod.get("spec", {}).get("containers", [])[:1]:
+        args = [str(a) for a in container.get("args") or []]
+        budget, seqs = _flag(args, "--max-num-batched-tokens"), _flag(args, "--max-num-seqs")
+        if budget is not None and seqs is not None:
+            return budget, seqs
+    return None
+
+
+def _flag(args: list[str], name: str) -> int | None:
+    for index, arg in enumerate(args):
+        text = arg.removeprefix(f"{name}=") if arg.startswith(f"{name}=") else None
+        if arg == name and index + 1 < len(args):
+            text = args[index + 1]
+        if text is not None:
+            try:
+                return int(text)
+            except ValueError:
+                return None
+    return None
 
 
 def startup_s(pod: Mapping[str, Any]) -> float | None:

@@ -16,6 +16,9 @@ class PodEndpoint:
     name: str
     metrics_url: str
     startup_s: float | None = None
+    # The batching the pod's engine runs (its --max-num-batched-tokens and --max-num-seqs);
+    # None where its arguments do not say.
+    batching: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer
+from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer, priced_at
 
 # The utilization of the prefill server where the tail prompt cannot meet the TTFT even alone:
 # under processor sharing a prompt then takes twice its own prefill time.
@@ -114,6 +114,11 @@ class ReplicaModel:
     def slowed(self, factor: float) -> ReplicaModel:
         """This replica on engines whose every step takes `factor` times the model's price."""
         return replace(self, pricer=ScaledPricer(self.pricer, factor))
+
+    def priced_at(self, decode: float, prefill: float) -> ReplicaModel:
+        """This replica on engines whose decode-only steps take `decode` times the model's
+        price and whose prefill chunks add `prefill` times what the model says they add."""
+        return replace(self, pricer=priced_at(self.pricer, decode, prefill))
 
     def serves(self, demand: Demand, *, keep_up_only: bool = False) -> Verdict:
         """Whether one replica serves `demand` (already its share) within the SLOs, or, with

@@ -59,7 +59,6 @@ from typing import NamedTuple
 from tokenpilot.api.llmservice import ConditionStatus
 from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
 from tokenpilot.core.autoscale.demand import theil_sen_bounds
-from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.observation import Load
 from tokenpilot.core.calibration.cluster import RECALIBRATE_ANNOTATION
 
@@ -151,47 +150,3 @@ def engine_slowness(pace: float | None) -> float:
     """How much slower than priced the engines run: the `measured_pace` where it exceeds 1 by
     more than `PACE_TOLERANCE`, else 1 (and 1 until measured)."""
     return pace if pace is not None and pace > 1.0 + PACE_TOLERANCE else 1.0
-
-
-def engine_pace(model: ReplicaModel, pace: float | None, lookback_s: float) -> EnginePace:
-    """The `PaceAsProfiled` condition for engines whose `measured_pace` over the last
-    `lookback_s` is `pace` (None: not measured), priced by `model` at the profile's pace. No
-    figure that moves every interval is in a message, so a steady pace writes no status."""
-    slowness = engine_slowness(pace)
-    if pace is None:
-        return EnginePace(
-            ConditionStatus.unknown,
-            "PaceNotMeasured",
-            f"fewer than {MIN_STEP_SAMPLES} intervals of the last {lookback_s:.0f} s had the "
-            f"{MIN_ITL_GAPS} token gaps it takes to measure the engines' step; the step model "
-            "prices steps as the GPU profile does",
-        )
-    if slowness == 1.0:
-        return EnginePace(
-            ConditionStatus.true,
-            "AsProfiled",
-            f"the engines' steps take the step model's price to within its "
-            f"{PACE_TOLERANCE:.0%} error, or less (measured over the last {lookback_s:.0f} s)",
-        )
-    measured = (
-        f"the engines' steps take {approx(slowness)}x the step model's price (measured over "
-        f"the last {lookback_s:.0f} s); the fleet is sized at that pace"
-    )
-    itl_s = model.itl_slo_s
-    at_pace_s = model.slowed(slowness).chunk_alone_step_s()
-    if itl_s is not None and at_pace_s > itl_s >= model.chunk_alone_step_s():
-        return EnginePace(
-            ConditionStatus.false,
-            "BudgetBreaksItl",
-            f"{measured}, at which a step of one decode beside a whole chunk of the "
-            f"{model.token_budget}-token budget takes {at_pace_s * 1e3:.0f} ms, over the "
-            f"{itl_s * 1e3:.0f} ms P99 ITL target at any fleet size: set "
-            f"spec.batching.maxNumBatchedTokens to a budget planned at this pace "
-            f"(tokenpilot plan ... --engine-slowdown {approx(slowness)}), or {RECALIBRATE}",
-        )
-    return EnginePace(
-        ConditionStatus.false,
-        "SlowerThanProfile",
-        f"{measured}: the GPU profile does not describe these engines (drivers, clocks held "
-        f"down, a neighbour on the node); {RECALIBRATE}",
-    )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenpilot.core.autoscale.algorithm import Evidence, decide
-from tokenpilot.core.autoscale.correction import engine_pace
+from tokenpilot.core.autoscale.costs import engine_pace
 from tokenpilot.core.autoscale.decision import Decision
 from tokenpilot.core.autoscale.observation import Current, History, Now, Observation
 from tokenpilot.core.autoscale.plan import (
@@ -132,8 +132,10 @@ def step(
         current,
         decision,
         problems=observation.problems,
-        pace=None if model is None else engine_pace(model, pace.pace, span.lookback_s),
+        pace=None if model is None else engine_pace(model, pace.costs, span.lookback_s),
         workload=workload.learned(),
+        costs=pace.costs if model is not None else None,
+        costs_window_s=span.lookback_s,
         now=now,
     )
     actions: list[Action] = []

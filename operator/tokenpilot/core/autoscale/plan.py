@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tokenpilot.core.autoscale.capacity import ReplicaModel
-from tokenpilot.core.autoscale.correction import (
-    PaceReading,
-    engine_slowness,
-    measured_pace,
-    pace_reading,
+from tokenpilot.core.autoscale.correction import PaceReading, measured_pace, pace_reading
+from tokenpilot.core.autoscale.costs import (
+    EngineCosts,
+    PrefillReading,
+    TermEstimate,
+    estimate,
+    prefill_reading,
 )
 from tokenpilot.core.autoscale.demand import (
     MAX_MEMORY_S,
@@ -223,11 +225,15 @@ def _forecast(
 
 @dataclass(frozen=True, slots=True)
 class PaceMemory:
-    """The engines' mean step against the step model's price, in each interval of the lookback
-    that priced one, and the pace they give (None until measured)."""
+    """The engines' steps against the step model's price, in each interval of the lookback
+    that priced one: the decodes' mean step (core.autoscale.correction) and the prefills' mean
+    time (core.autoscale.costs); the single pace and both terms they give (None until
+    measured)."""
 
     readings: tuple[PaceReading, ...] = ()
     pace: float | None = None
+    prefill_readings: tuple[PrefillReading, ...] = ()
+    costs: EngineCosts = field(default_factory=EngineCosts)
 
     def add(
         self,
@@ -240,14 +246,32 @@ class PaceMemory:
     ) -> PaceMemory:
         """This memory with the interval `counted` priced at the forecast's mix (where a model
         prices it), the readings older than the lookback forgotten when one was counted."""
-        readings = self.readings
+        readings, prefills = self.readings, self.prefill_readings
         if counted is not None:
             readings = tuple(r for r in readings if r.at_s > at_s - lookback_s)
+            prefills = tuple(r for r in prefills if r.at_s > at_s - lookback_s)
         if counted is not None and model is not None and demand.outlook is not None:
-            reading = pace_reading(model, counted, demand.outlook.demand, at_s)
+            mix = demand.outlook.demand
+            reading = pace_reading(model, counted, mix, at_s)
             if reading is not None:
                 readings = (*readings, reading)
-        return PaceMemory(readings, measured_pace(readings))
+            prefill = prefill_reading(model, counted, mix, _decode_pace(readings), at_s)
+            if prefill is not None:
+                prefills = (*prefills, prefill)
+        return PaceMemory.of(readings, prefills)
+
+    @staticmethod
+    def of(readings: Sequence[PaceReading], prefills: Sequence[PrefillReading] = ()) -> PaceMemory:
+        """The memory of these readings, with the pace and the terms they give."""
+        pace = measured_pace(readings)
+        decode = None
+        if pace is not None:
+            spread = estimate([r.over_alone - (r.over_alone - pace) for r in readings])
+            decode = TermEstimate(
+                pace, 0.0 if spread is None else spread.uncertainty, len(readings)
+            )
+        costs = EngineCosts(decode, estimate([r.factor for r in prefills]))
+        return PaceMemory(tuple(readings), pace, tuple(prefills), costs)
 
     def snapshot(self, now_s: float) -> list[list[float]]:
         return [
@@ -255,9 +279,17 @@ class PaceMemory:
             for r in self.readings
         ]
 
+    def prefill_snapshot(self, now_s: float) -> list[list[float]]:
+        return [[_age(now_s, r.at_s), _figure(r.factor)] for r in self.prefill_readings]
+
     @staticmethod
     def restore(
-        rows: Sequence[Sequence[float]], *, now_s: float, aged_s: float, lookback_s: float
+        rows: Sequence[Sequence[float]],
+        *,
+        now_s: float,
+        aged_s: float,
+        lookback_s: float,
+        prefill_rows: Sequence[Sequence[float]] = (),
     ) -> PaceMemory:
         """The readings of `snapshot`'s rows, each `aged_s` older than written; they live as
         long as the forecast's load, not the records' hour."""
@@ -266,7 +298,18 @@ class PaceMemory:
             for age_s, over_alone, chunk_term in rows
             if aged_s + age_s < lookback_s
         )
-        return PaceMemory(tuple(readings), measured_pace(readings))
+        prefills = sorted(
+            PrefillReading(now_s - aged_s - age_s, factor)
+            for age_s, factor in prefill_rows
+            if aged_s + age_s < lookback_s
+        )
+        return PaceMemory.of(readings, prefills)
+
+
+def _decode_pace(readings: Sequence[PaceReading]) -> float:
+    """The decode term's pace so far, for pricing the prefills' decode part (1 until known)."""
+    pace = measured_pace(readings)
+    return 1.0 if pace is None else max(1.0, pace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,9 +338,9 @@ def need(
     outlook = demand.outlook
     if model is None or outlook is None:
         return None
-    slowness = engine_slowness(pace.pace)
-    if slowness > 1.0:
-        model = model.slowed(slowness)
+    decode, prefill = pace.costs.factors()
+    if (decode, prefill) != (1.0, 1.0):
+        model = model.priced_at(decode, prefill)
     replicas, verdict = model.replicas_needed(outlook.demand, policy.max_replicas)
     sized = replicas
     record = ""
@@ -315,11 +358,7 @@ def need(
     limit = "" if verdict.ok else f" ({verdict.why} even then)"
     words = (
         f"{_forecast_words(policy, outlook)} need {sized} replicas by the step model"
-        + (
-            f" at the engines' measured pace, {approx(slowness)}x its price"
-            if slowness > 1.0
-            else ""
-        )
+        + _pace_words(decode, prefill)
         + f"{record}{limit}"
     )
     # A restored memory lacks the load of the time between its last write and the restart,
@@ -333,6 +372,17 @@ def need(
         can_shrink=seen_s >= policy.scale_down_stabilization_s,
         seen_s=seen_s,
         can_grow=outlook.span_s >= METRICS_WINDOW_S,
+    )
+
+
+def _pace_words(decode: float, prefill: float) -> str:
+    if (decode, prefill) == (1.0, 1.0):
+        return ""
+    if decode == prefill:
+        return f" at the engines' measured pace, {approx(decode)}x its price"
+    return (
+        f" at the engines' measured pace, {approx(decode)}x its price for the decodes and "
+        f"{approx(prefill)}x for the prefill beside them"
     )
 
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.llmservice import AutoscalingStatus, Condition, ConditionStatus
-from tokenpilot.api.workload import TokenFigures, WorkloadStatus
+from tokenpilot.api.workload import EngineCostsStatus, TermCost, TokenFigures, WorkloadStatus
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.correction import EnginePace
+from tokenpilot.core.autoscale.costs import EngineCosts, TermEstimate
 from tokenpilot.core.autoscale.decision import BLIND, Decision, Mode, Reason
 from tokenpilot.core.autoscale.observation import Current, Now
 from tokenpilot.core.autoscale.workload import LearnedWorkload
@@ -51,6 +52,8 @@ def report(
     pace: EnginePace | None,
     now: Now,
     workload: LearnedWorkload | None = None,
+    costs: EngineCosts | None = None,
+    costs_window_s: float = 0.0,
 ) -> Report:
     """The Events and status of `decision`, from the status the autoscaler `applied` last (or,
     before its first apply, the conditions the cluster shows). `pace` is the PaceAsProfiled
@@ -92,7 +95,31 @@ def report(
     elif applied and "workload" in applied:
         # A field left out of an apply is removed: keep the workload applied before.
         owned["workload"] = applied["workload"]
+    if costs is not None and (costs.decode is not None or costs.prefill is not None):
+        owned["engineCosts"] = costs_status(costs, costs_window_s).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
     return Report(tuple(events), owned)
+
+
+def costs_status(costs: EngineCosts, window_s: float) -> EngineCostsStatus:
+    """status.engineCosts, each factor to two figures (the precision a reading has), so
+    steady engines write no status."""
+
+    def term(found: TermEstimate | None) -> TermCost | None:
+        if found is None:
+            return None
+        return TermCost(
+            factor=_digits(found.factor, 2),
+            uncertainty=_digits(found.uncertainty, 1),
+            readings=int(_digits(found.readings, 1)),
+        )
+
+    return EngineCostsStatus(
+        window_seconds=_digits(window_s, 2),
+        decode_step=term(costs.decode),
+        prefill=term(costs.prefill),
+    )
 
 
 def workload_status(workload: LearnedWorkload, now: Now) -> WorkloadStatus:
