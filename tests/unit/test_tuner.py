@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -110,8 +111,8 @@ def test_vllm_defaults_per_gpu(gpu: str, budget: int, max_num_seqs: int) -> None
 
 def test_a_cap_of_1024_that_would_starve_decodes_comes_down_on_hopper():
     # vLLM's 1024 on an H100 makes its smallest budget 1,024 tokens; at 60 ms that step leaves
-    # room for a third of the decodes the KV cache holds, so the cap comes down (to one that
-    # plans them all), and a looser ITL never plans fewer decodes than a tighter one.
+    # room for a fraction of the decodes the KV cache holds, so the cap comes down (to one that
+    # plans them all), and a looser ITL plans at most a material gain's worth fewer decodes.
     planned = []
     for itl_s in (0.05, 0.055, 0.06, 0.07, 0.08, 0.1):
         rec = recommend(
@@ -119,7 +120,8 @@ def test_a_cap_of_1024_that_would_starve_decodes_comes_down_on_hopper():
         )
         planned.append(rec.planned_decodes)
         assert rec.decision.max_num_seqs <= rec.vllm_default_max_num_seqs == 1024
-    assert planned == sorted(planned)
+    for tighter, looser in itertools.pairwise(planned):
+        assert looser * CAP_LOWERING_MIN_GAIN + 1 >= tighter
     rec = recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(0.06, 2.0), HINTS))
     assert rec.decision.max_num_seqs_source is SeqsSource.itl
     assert rec.planned_decodes == rec.capacity.max_concurrency
