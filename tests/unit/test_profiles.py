@@ -211,7 +211,7 @@ def test_every_builtin_measurement_is_physically_possible(profile: GPUProfile) -
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("computeEfficiency: {value: 0.51", "computeEfficiency: {value: 1.2", ["not below 1"]),
+        ("computeEfficiency: {value: 0.60", "computeEfficiency: {value: 1.2", ["not below 1"]),
         ("basis: fitted", "basis: guessed", ["stepModel.computeEfficiency.basis"]),
         ("overheadMs: {value: 0.7", "overheadMs: {value: -1", ["stepModel.overheadMs.value"]),
         ("overlapExponent: {value: 1.6", "overlapExponent: {value: 0.5", ["is below 1"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -10,13 +11,14 @@ from hypothesis import strategies as st
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.gpu_profile import GPUProfile
-from tokenpilot.api.llmservice import DEFAULT_MAX_NUM_SEQS, BatchingProfile, BoundKind, SeqsSource
+from tokenpilot.api.llmservice import BatchingProfile, BoundKind, SeqsSource
 from tokenpilot.api.model_shape import MODEL_PRESETS, model_preset
+from tokenpilot.api.vllm_defaults import vllm_batch_defaults
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
-from tokenpilot.core.tuner import recommend, vllm_default_token_budget
+from tokenpilot.core.tuner import CAP_LOWERING_MIN_GAIN, recommend
 
 CATALOG = load_builtin_catalog()
 LLAMA_8B = model_preset("llama-3.1-8b")
@@ -50,7 +52,7 @@ def test_vllms_cap_comes_down_where_its_smallest_budget_breaks_the_itl(gpu: str)
     decision = rec.decision
     assert decision.feasible, rec.message
     assert decision.max_num_seqs_source is SeqsSource.itl
-    assert decision.max_num_seqs < DEFAULT_MAX_NUM_SEQS
+    assert decision.max_num_seqs < rec.vllm_default_max_num_seqs == 256
     assert decision.max_num_seqs <= decision.token_budget
     assert rec.predicted_itl_p99_s < SLO.itl_p99_s  # type: ignore[operator]
     assert "lowered to" in decision.max_num_seqs_words
@@ -89,19 +91,45 @@ def test_budgets_follow_compute_h100_over_l40s_over_rtx_6000_at_a_looser_itl():
 
 
 @pytest.mark.parametrize(
-    ("gpu", "budget"),
+    ("gpu", "budget", "max_num_seqs"),
     [
-        ("H100-80GB", 8192),
-        ("H200", 8192),
-        ("A100-80GB", 2048),
-        ("A100-40GB", 2048),
-        ("L40S", 2048),
-        ("L4", 2048),
-        ("RTX-5090", 2048),
+        ("H100-80GB", 8192, 1024),
+        ("H200", 8192, 1024),
+        ("A100-80GB", 2048, 256),
+        ("A100-40GB", 2048, 256),
+        ("L40S", 2048, 256),
+        ("L4", 2048, 256),
+        ("RTX-5090", 2048, 256),
     ],
 )
-def test_vllm_default_budget(gpu: str, budget: int) -> None:
-    assert vllm_default_token_budget(CATALOG.get(gpu)) == budget
+def test_vllm_defaults_per_gpu(gpu: str, budget: int, max_num_seqs: int) -> None:
+    profile = CATALOG.get(gpu)
+    assert vllm_batch_defaults(profile) == (budget, max_num_seqs)
+    rec = recommend(PlanInputs.of(profile, LLAMA_8B, SLO, HINTS))
+    assert (rec.vllm_default_budget, rec.vllm_default_max_num_seqs) == (budget, max_num_seqs)
+
+
+def test_a_cap_of_1024_that_would_starve_decodes_comes_down_on_hopper():
+    # vLLM's 1024 on an H100 makes its smallest budget 1,024 tokens; at 60 ms that step leaves
+    # room for a fraction of the decodes the KV cache holds, so the cap comes down (to one that
+    # plans them all), and a looser ITL plans at most a material gain's worth fewer decodes.
+    planned = []
+    for itl_s in (0.05, 0.055, 0.06, 0.07, 0.08, 0.1):
+        rec = recommend(
+            PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(itl_s, 2.0), HINTS)
+        )
+        planned.append(rec.planned_decodes)
+        assert rec.decision.max_num_seqs <= rec.vllm_default_max_num_seqs == 1024
+    for tighter, looser in itertools.pairwise(planned):
+        assert looser * CAP_LOWERING_MIN_GAIN + 1 >= tighter
+    rec = recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(0.06, 2.0), HINTS))
+    assert rec.decision.max_num_seqs_source is SeqsSource.itl
+    assert rec.planned_decodes == rec.capacity.max_concurrency
+    assert "only" in rec.decision.max_num_seqs_words
+    # Where vLLM's 1024 plans as many decodes as any smaller cap, it stays.
+    loose = recommend(PlanInputs.of(CATALOG.get("H100"), LLAMA_8B, ServiceLevel(0.1, 2.0), HINTS))
+    assert loose.decision.max_num_seqs == 1024
+    assert loose.decision.max_num_seqs_source is SeqsSource.vllm_default
 
 
 def test_crossing_slos_say_which_bound_and_what_to_change():
@@ -156,11 +184,18 @@ def test_itl_that_one_sequence_cannot_meet():
         ),
     ],
 )
-def test_max_num_seqs_is_not_lowered_for_itl_or_kv(gpu, hints):
-    # Where vLLM's smallest budget fits the step limit, the cap stays vLLM's.
-    decision = recommend(PlanInputs.of(CATALOG.get(gpu), LLAMA_8B, SLO, hints)).decision
-    assert decision.max_num_seqs == 256, decision.max_num_seqs_words
-    assert decision.max_num_seqs_source is SeqsSource.vllm_default
+def test_max_num_seqs_is_not_lowered_to_the_kv_fit(gpu, hints):
+    # Where vLLM's smallest budget (max_num_seqs tokens) costs the step decodes, the cap comes
+    # down only as far as the prompt tokens TTFT needs per step beside them: never under what
+    # the KV cache holds at the expected context.
+    rec = recommend(PlanInputs.of(CATALOG.get(gpu), LLAMA_8B, SLO, hints))
+    decision = rec.decision
+    assert decision.max_num_seqs <= rec.vllm_default_max_num_seqs
+    assert decision.max_num_seqs >= rec.capacity.max_concurrency, decision.max_num_seqs_words
+    if decision.max_num_seqs_source is SeqsSource.itl:
+        assert "lowered to" in decision.max_num_seqs_words
+    else:
+        assert decision.max_num_seqs_source is SeqsSource.vllm_default
     seqs = decision.max_num_seqs_words
     if "enough for" in seqs:  # the ITL SLO allows fewer decodes than the engine admits
         assert "autoscaler" in seqs
@@ -299,10 +334,33 @@ def test_budget_is_a_block_multiple_within_vllms_limits(
     assert decision.token_budget <= hints.max_model_len * decision.max_num_seqs
     # Never capped below what the KV cache holds at the expected context (or the user allows),
     # unless vLLM's smallest budget (max_num_seqs tokens) is itself over the step limit.
-    allowed = hints.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    allowed = hints.max_num_seqs or vllm_batch_defaults(CATALOG.get(gpu)).max_num_seqs
     if decision.max_num_seqs_source is not SeqsSource.itl:
         assert decision.max_num_seqs >= min(rec.capacity.max_concurrency, allowed)
     else:
         assert hints.max_num_seqs is None and "lowered to" in decision.max_num_seqs_words
     assert decision.max_num_seqs <= allowed
     assert decision.lower is not None and decision.upper is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpu=st.sampled_from(CATALOG.names),
+    model=small_models,
+    slo=slos,
+    tighter=st.floats(0.3, 1.0),
+    hints=hint_values,
+)
+def test_a_looser_itl_never_plans_materially_fewer_decodes(
+    gpu: str, model: str, slo: tuple[float, float], tighter: float, hints: WorkloadHints
+) -> None:
+    # vLLM's cap comes down only for a material gain in planned decodes, so loosening the ITL
+    # past the point where it stays vLLM's can cost a replica at most that gain's worth (give
+    # or take the one decode a looser limit's larger share of prefill per step may displace).
+    # (With vLLM's 1,024 on an H100 and the cap kept wherever one decode fit beside its
+    # smallest budget, 55 ms planned 11 decodes where 50 ms planned 98.)
+    itl, ttft = slo
+    profile, shape = CATALOG.get(gpu), model_preset(model)
+    loose = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl, ttft), hints))
+    tight = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl * tighter, ttft), hints))
+    assert loose.planned_decodes * CAP_LOWERING_MIN_GAIN + 1 >= tight.planned_decodes

@@ -17,6 +17,7 @@ import pytest
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import BatchingProfile, BoundKind, SeqsSource
 from tokenpilot.api.model_shape import model_preset
+from tokenpilot.api.vllm_defaults import OTHER_GPU_DEFAULTS
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import CapacityPlan, plan_capacity
 from tokenpilot.core.errors import Infeasible
@@ -35,6 +36,8 @@ from tokenpilot.core.tuner import (
 )
 
 CONTEXT = 1000
+# vLLM's defaults on a GPU under 70 GiB: a cap of 256 sequences.
+GPU = OTHER_GPU_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def capacity(max_concurrency: int) -> CapacityPlan:
 def frame(itl_s: float | None, hints: WorkloadHints, kv_fit: int = 40) -> StepFrame:
     slo = ServiceLevel(itl_s, None)
     limit_s = float("inf") if itl_s is None else itl_s * ITL_HEADROOM
-    seqs = choose_max_num_seqs("GPU", PRICES, capacity(kv_fit), limit_s, slo, hints)
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(kv_fit), limit_s, slo, hints, defaults=GPU)
     return step_frame("GPU", PRICES, limit_s, hints, seqs)
 
 
@@ -88,7 +91,7 @@ def frame(itl_s: float | None, hints: WorkloadHints, kv_fit: int = 40) -> StepFr
 def test_max_num_seqs_is_the_users_cap_or_vllms(
     hints: WorkloadHints, max_num_seqs: int, source: SeqsSource
 ) -> None:
-    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.04, SLO_50MS, hints)
+    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.04, SLO_50MS, hints, defaults=GPU)
     assert (seqs.max_num_seqs, seqs.source) == (max_num_seqs, source)
 
 
@@ -98,7 +101,9 @@ SLO_50MS = ServiceLevel(0.05, None)
 def test_the_budget_is_sized_for_the_decodes_itl_allows_not_the_cap() -> None:
     # Step limit 40 ms, decode share 36 ms, for n decodes beside the prefill of the smallest
     # budget (256 tokens): 20 ms + n x 1 ms + (256 - n) x 11 us <= 36 ms, so 13 of the 40 that fit.
-    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.04, SLO_50MS, WorkloadHints())
+    seqs = choose_max_num_seqs(
+        "GPU", PRICES, capacity(40), 0.04, SLO_50MS, WorkloadHints(), defaults=GPU
+    )
     assert (seqs.max_num_seqs, seqs.planned_decodes, seqs.max_decodes) == (256, 13, 40)
     assert "enough for 13" in seqs.words and "autoscaler" in seqs.words
     assert seqs.problem is None
@@ -108,7 +113,9 @@ def test_one_sequence_over_the_decode_share_is_a_problem_and_the_smallest_cap() 
     # 20 ms of weights alone is over the 18 ms decode share of a 25 ms ITL target: no cap meets
     # it, and the budget honours ITL as far as it can (vLLM's smallest budget is the cap).
     slo = ServiceLevel(0.025, None)
-    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.02, slo, WorkloadHints())
+    seqs = choose_max_num_seqs(
+        "GPU", PRICES, capacity(40), 0.02, slo, WorkloadHints(), defaults=GPU
+    )
     assert (seqs.max_num_seqs, seqs.source, seqs.planned_decodes) == (16, SeqsSource.itl, 1)
     assert seqs.problem is not None and "even one sequence" in seqs.problem
 
@@ -120,7 +127,9 @@ def test_vllms_cap_comes_down_to_leave_ttfts_prefill_beside_the_decodes() -> Non
     # step. A cap of 16 fits one decode beside 15 prompt tokens (too few); 32 fits one decode
     # beside 31 (20 + 1 + 0.35 = 21.35 ms): the cap is 32.
     slo = ServiceLevel(0.030, 2.0)
-    seqs = choose_max_num_seqs("GPU", PRICES, capacity(40), 0.024, slo, WorkloadHints())
+    seqs = choose_max_num_seqs(
+        "GPU", PRICES, capacity(40), 0.024, slo, WorkloadHints(), defaults=GPU
+    )
     assert (seqs.max_num_seqs, seqs.source, seqs.planned_decodes) == (32, SeqsSource.itl, 1)
     assert "lowered to 32" in seqs.words and seqs.problem is None
 

@@ -28,6 +28,7 @@ from pydantic import (
 from tokenpilot.api import units
 from tokenpilot.api.base import ApiModel
 from tokenpilot.api.model_shape import MODEL_PRESETS, DType, ModelShape, model_preset
+from tokenpilot.api.vllm_defaults import describe_default_max_num_seqs
 from tokenpilot.api.workload import (
     DEFAULT_RETUNE,
     DEFAULT_RETUNE_COOLDOWN,
@@ -59,8 +60,6 @@ DEFAULT_ENGINE_IMAGE = "vllm/vllm-openai:v0.32.0"
 DEFAULT_MAX_MODEL_LEN = 8192
 DEFAULT_TENSOR_PARALLEL_SIZE = 1
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-# What `maxNumSeqs: auto` starts from: vLLM's own cap on running sequences.
-DEFAULT_MAX_NUM_SEQS = 256
 MODEL_SOURCE_PATTERN = (
     r"^(hf://[^/]+/[^/]+|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?|s3://.+|file:///.+)$"
 )
@@ -406,8 +405,10 @@ class BatchingSpec(ApiModel):
     )
     max_num_seqs: int | str = Field(
         AUTO,
-        description=f"Most sequences in one step, or `auto`: vLLM's cap of {DEFAULT_MAX_NUM_SEQS}, "
-        "or the token budget when the spec sets a smaller one.",
+        description="Most sequences in one step, or `auto`: vLLM's own default for the GPU "
+        f"({describe_default_max_num_seqs()}) or the token budget when the spec sets a smaller "
+        "one, lowered where vLLM's smallest budget (that many tokens a step) would crowd out the "
+        "decodes the ITL SLO allows.",
         json_schema_extra=_int_or_auto(1, "maxNumSeqs"),
     )
     profile: BatchingProfile = Field(

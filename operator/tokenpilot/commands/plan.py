@@ -205,6 +205,7 @@ def _as_json(rec: Recommendation, model: str, engine_slowdown: float) -> dict[st
             None if rec.predicted_ttft_p99_s is None else round(rec.predicted_ttft_p99_s, 6)
         ),
         "vllm_default_budget": rec.vllm_default_budget,
+        "vllm_default_max_num_seqs": rec.vllm_default_max_num_seqs,
         "predicted_itl_p99_s_at_default": round(rec.predicted_itl_p99_s_at_default, 6),
         "feasible": decision.feasible,
         "message": rec.message,
@@ -236,7 +237,7 @@ def _as_table(rec: Recommendation, model: str, slo: ServiceLevel) -> str:
     rows = [
         ("", "TokenPilot", "vLLM default"),
         ("max-num-batched-tokens", f"{decision.token_budget}", f"{rec.vllm_default_budget}"),
-        ("max-num-seqs", f"{seqs}", f"{seqs} (held equal)"),
+        ("max-num-seqs", f"{seqs}", f"{rec.vllm_default_max_num_seqs}"),
         (
             f"predicted P99 ITL (target {itl_target})",
             format_duration_s(rec.predicted_itl_p99_s),

@@ -65,13 +65,15 @@ _DEFAULT_DATA = (
     "(docs/tuning.md, 'Where each number comes from')"
 )
 # Parameters for a profile that carries none: the pooled fits of the built-ins, and for compute
-# the lower of the two architectures fitted, so an unknown GPU is not credited with more.
+# the lowest fitted on any architecture and engine, so an unknown GPU is not credited with more.
 DEFAULT_STEP_MODEL = StepModelParameters(
     engine="vLLM V1",
     compute_efficiency=FittedValue(
         value=0.51,
         basis=ParameterBasis.default,
-        data=_DEFAULT_DATA.format(what="lower of the Ampere and Hopper compute efficiencies"),
+        data=_DEFAULT_DATA.format(
+            what="lowest compute efficiency of any architecture and engine (Hopper, 2023 vLLM)"
+        ),
     ),
     bandwidth_efficiency=FittedValue(
         value=0.84,

@@ -2,13 +2,16 @@
 
 Algorithm; each numbered step is one function below, and every bound is a `Bound` (a kind,
 tokens and words):
-  1. `choose_max_num_seqs`: the user's cap, else vLLM's 256 (or a smaller budget the spec sets).
+  1. `choose_max_num_seqs`: the user's cap, else vLLM's own default for the GPU
+     (`api.vllm_defaults`; or a smaller budget the spec sets, as vLLM itself caps it).
      It is not lowered to the KV fit, because a request refused a slot waits a whole output's
      worth of steps for one (TTFT breaks), while one more running sequence adds only its KV
      read to a step, and vLLM's block manager admits only what the KV cache holds. It is lowered
-     for ITL only where it must be: vLLM needs a budget of at least max_num_seqs, so when a step
-     of that many tokens beside one decode is already over the decode share of the ITL limit
-     (an 8B model on an L40S at 50 ms), vLLM's cap becomes the largest whose step fits.
+     for ITL only where that plans materially more decodes: vLLM needs a budget of at least
+     max_num_seqs, so when a step of that many tokens leaves room in the decode share of the ITL
+     limit for far fewer of the decodes the KV cache holds than a smaller cap would (or for none
+     at all), the cap comes down to the smallest that still carries the prompt tokens TTFT needs
+     per step.
      The decode batch the budget is sized for, `planned`, is the largest that fits the KV cache
      at the expected context and whose step at the smallest budget vLLM allows (max_num_seqs
      tokens, the rest prefill, which costs its arithmetic) stays under the decode share of the
@@ -41,12 +44,12 @@ from typing import Protocol
 
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
-    DEFAULT_MAX_NUM_SEQS,
     BatchingProfile,
     BatchingSource,
     BoundKind,
     SeqsSource,
 )
+from tokenpilot.api.vllm_defaults import BatchDefaults, vllm_batch_defaults
 from tokenpilot.core.batching import BatchingDecision, Bound
 from tokenpilot.core.capacity import BLOCK_SIZE, CapacityPlan
 from tokenpilot.core.durations import format_duration_s
@@ -62,6 +65,9 @@ ITL_HEADROOM = 0.8
 DECODE_STEP_SHARE = 0.9
 # The interactive pick: a step at most this much slower than the one at the smallest budget.
 HIDDEN_PREFILL_TOLERANCE = 0.05
+# vLLM's cap is also its admission limit: it comes down (where one decode still fits beside its
+# smallest budget) only for a smaller cap that plans at least this many times the decodes.
+CAP_LOWERING_MIN_GAIN = 1.25
 # Context assumed per sequence when the user gives none: the prompt plus this many output tokens.
 DEFAULT_OUTPUT_TOKENS = 512
 DEFAULT_PROMPT_TOKENS = 1536
@@ -203,6 +209,7 @@ class Recommendation:
     predicted_itl_p99_s: float
     predicted_ttft_p99_s: float | None
     vllm_default_budget: int
+    vllm_default_max_num_seqs: int
     predicted_itl_p99_s_at_default: float
     threshold_tokens: int
     measured: bool
@@ -210,13 +217,6 @@ class Recommendation:
     step_model: str
     # The vLLM flags when the SLOs can be met, else which collide and what to change.
     message: str
-
-
-def vllm_default_token_budget(profile: GPUProfile) -> int:
-    """vLLM's own choice: 8192 on GPUs with at least 70 GiB other than A100, else 2048."""
-    names = (profile.name, *profile.aliases, *profile.gpu_product_labels)
-    is_a100 = any("a100" in n.lower() for n in names)
-    return 8192 if profile.memory_gib >= 70 and not is_a100 else 2048
 
 
 def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommendation:
@@ -240,7 +240,10 @@ def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommenda
     # Without an ITL target nothing bounds a step but the threshold.
     step_limit_s = math.inf if slo.itl_p99_s is None else slo.itl_p99_s * ITL_HEADROOM
 
-    seqs = choose_max_num_seqs(profile.name, prices, capacity, step_limit_s, slo, hints)
+    defaults = vllm_batch_defaults(profile)
+    seqs = choose_max_num_seqs(
+        profile.name, prices, capacity, step_limit_s, slo, hints, defaults=defaults
+    )
     frame = step_frame(profile.name, prices, step_limit_s, hints, seqs)
     upper, upper_problem = upper_bound(frame, slo)
     lower, lower_problem = lower_bound(frame, slo, prompt, upper)
@@ -254,7 +257,7 @@ def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommenda
         else math.ceil(prompt / max(1, budget - frame.planned_decodes))
         * frame.slowest_step_s(budget)
     )
-    default_budget = vllm_default_token_budget(profile)
+    default_budget = defaults.max_num_batched_tokens
     decision = BatchingDecision(
         token_budget=budget,
         max_num_seqs=seqs.max_num_seqs,
@@ -277,6 +280,7 @@ def recommend(inputs: PlanInputs, *, engine_slowdown: float = 1.0) -> Recommenda
         predicted_itl_p99_s=frame.slowest_step_s(budget),
         predicted_ttft_p99_s=predicted_ttft,
         vllm_default_budget=default_budget,
+        vllm_default_max_num_seqs=defaults.max_num_seqs,
         predicted_itl_p99_s_at_default=frame.slowest_step_s(default_budget),
         threshold_tokens=model.threshold_tokens,
         measured=model.measured,
@@ -298,36 +302,32 @@ def choose_max_num_seqs(
     step_limit_s: float,
     slo: ServiceLevel,
     hints: WorkloadHints,
+    *,
+    defaults: BatchDefaults,
 ) -> SeqsChoice:
     """Step 1: the engine's cap on running sequences, and `planned`, the decodes per step the
-    budget is sized for."""
+    budget is sized for. `defaults` are vLLM's own for the GPU."""
     if hints.max_num_seqs is not None:
         num_seqs, source = hints.max_num_seqs, SeqsSource.spec
         seqs_reason = f"maxNumSeqs cap {num_seqs}"
-    elif hints.token_budget is not None and hints.token_budget < DEFAULT_MAX_NUM_SEQS:
+    elif hints.token_budget is not None and hints.token_budget < defaults.max_num_seqs:
         # Every running sequence needs a token of the budget per step.
         num_seqs, source = hints.token_budget, SeqsSource.token_budget
         seqs_reason = f"the spec's token budget of {num_seqs} fits no more sequences"
     else:
-        num_seqs, source = DEFAULT_MAX_NUM_SEQS, SeqsSource.vllm_default
-        seqs_reason = f"vLLM's default cap of {DEFAULT_MAX_NUM_SEQS} sequences"
+        num_seqs, source = defaults.max_num_seqs, SeqsSource.vllm_default
+        seqs_reason = f"vLLM's default cap of {num_seqs} sequences on {gpu}"
     decode_limit_s = step_limit_s * DECODE_STEP_SHARE
-    if source is SeqsSource.vllm_default:
-        lowered = _lowered_for_itl(
-            prices, decode_limit_s, num_seqs, _prefill_per_step(prices, step_limit_s, slo)
-        )
-        if lowered is not None:
-            seqs_reason = (
-                f"vLLM's default cap of {num_seqs} sequences lowered to {lowered}: vLLM needs a "
-                f"budget of at least max_num_seqs, and a step of {_round_up(num_seqs)} tokens "
-                f"takes {format_duration_s(prices.smallest_step_s(1, num_seqs))} on {gpu}, over "
-                f"the {format_duration_s(decode_limit_s)} decode share of ITL "
-                f"{_target(slo.itl_p99_s)}; {lowered} leaves room for the prompt tokens TTFT "
-                "needs per step and as many decodes as fit beside them"
-            )
-            num_seqs, source = lowered, SeqsSource.itl
     context = prices.context_tokens
     kv_fit = max(1, capacity.max_concurrency)
+    if source is SeqsSource.vllm_default:
+        prefill_per_step = _prefill_per_step(prices, step_limit_s, slo, num_seqs)
+        lowered = _lowered_for_itl(prices, decode_limit_s, num_seqs, prefill_per_step, kv_fit)
+        if lowered is not None:
+            seqs_reason = _lowered_words(
+                gpu, prices, slo, decode_limit_s, (num_seqs, lowered), kv_fit
+            )
+            num_seqs, source = lowered, SeqsSource.itl
     kv_reason = (
         f"the KV cache holds {kv_fit} sequences of {context:,} tokens "
         f"({capacity.num_kv_blocks:,} blocks of {BLOCK_SIZE}; vLLM admits by free blocks)"
@@ -368,41 +368,92 @@ def choose_max_num_seqs(
 
 
 def _lowered_for_itl(
-    prices: StepPrices, decode_limit_s: float, num_seqs: int, prefill_per_step: int
+    prices: StepPrices, decode_limit_s: float, num_seqs: int, prefill_per_step: int, kv_fit: int
 ) -> int | None:
     """A cap on running sequences below `num_seqs` when vLLM's smallest budget (max_num_seqs
-    tokens) must shrink for the step to fit the decode share of the step limit; None when it
-    need not, or when no cap lets even one decode beside a block of prefill fit.
+    tokens) costs the step its decodes: when that step is over the decode share of the step
+    limit beside even one decode, or when a smaller cap leaves room beside it for materially
+    more (`CAP_LOWERING_MIN_GAIN`) of the `kv_fit` decodes the KV cache holds. None when no
+    smaller cap plans that many more.
 
     The cap is the smallest that still carries `prefill_per_step` prompt tokens beside the
     decodes that fit: every token of the smallest budget spent on prefill beyond that is a
     decode the step could have carried instead."""
-    if prices.smallest_step_s(1, num_seqs) <= decode_limit_s:
-        return None
     highest = _largest(
         1,
         num_seqs // BLOCK_SIZE,
         lambda k: prices.smallest_step_s(1, k * BLOCK_SIZE) <= decode_limit_s,
     )
     if highest is None:
+        # Not even one decode fits beside a block of prefill: the smallest cap honours ITL
+        # as far as any can.
         return BLOCK_SIZE
 
-    def decodes_beside(cap: int) -> int:
+    def beside(cap: int) -> int:
         fit = _largest(1, cap, lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
         return fit or 0
 
-    for k in range(1, highest + 1):
-        if k * BLOCK_SIZE - decodes_beside(k * BLOCK_SIZE) >= prefill_per_step:
-            return k * BLOCK_SIZE
-    return highest * BLOCK_SIZE
+    cap = next(
+        (
+            k * BLOCK_SIZE
+            for k in range(1, highest + 1)
+            if k * BLOCK_SIZE - beside(k * BLOCK_SIZE) >= prefill_per_step
+        ),
+        highest * BLOCK_SIZE,
+    )
+    if cap >= num_seqs:
+        return None
+    planned = _decodes_beside(prices, decode_limit_s, num_seqs, kv_fit)
+    gained = _decodes_beside(prices, decode_limit_s, cap, kv_fit)
+    return cap if gained > planned and gained >= CAP_LOWERING_MIN_GAIN * planned else None
 
 
-def _prefill_per_step(prices: StepPrices, step_limit_s: float, slo: ServiceLevel) -> int:
+def _lowered_words(
+    gpu: str,
+    prices: StepPrices,
+    slo: ServiceLevel,
+    decode_limit_s: float,
+    caps: tuple[int, int],
+    kv_fit: int,
+) -> str:
+    """Why vLLM's cap `caps[0]` came down to `caps[1]`, in words."""
+    default, lowered = caps
+    share = f"the {format_duration_s(decode_limit_s)} decode share of ITL {_target(slo.itl_p99_s)}"
+    step = f"a step of {_round_up(default)} tokens"
+    if prices.smallest_step_s(1, default) > decode_limit_s:
+        cost = (
+            f"{step} takes {format_duration_s(prices.smallest_step_s(1, default))} on {gpu}, "
+            f"over {share}"
+        )
+    else:
+        fit_default = _decodes_beside(prices, decode_limit_s, default, kv_fit)
+        fit_lowered = _decodes_beside(prices, decode_limit_s, lowered, kv_fit)
+        cost = (
+            f"beside {step} on {gpu} only {fit_default} of the {kv_fit} decodes the KV cache "
+            f"holds fit {share}, beside {lowered} tokens {fit_lowered}"
+        )
+    return (
+        f"vLLM's default cap of {default} sequences lowered to {lowered}: vLLM needs a budget of "
+        f"at least max_num_seqs, and {cost}; {lowered} leaves room for the prompt tokens TTFT "
+        "needs per step and as many decodes as fit beside them"
+    )
+
+
+def _decodes_beside(prices: StepPrices, decode_limit_s: float, cap: int, kv_fit: int) -> int:
+    """The decodes, at most the KV fit and the cap, that fit the decode share beside the
+    smallest budget vLLM allows under cap `cap` (0 when not even one does)."""
+    fit = _largest(1, min(cap, kv_fit), lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
+    return fit or 0
+
+
+def _prefill_per_step(
+    prices: StepPrices, step_limit_s: float, slo: ServiceLevel, num_seqs: int
+) -> int:
     """Prompt tokens a step must carry for a P99 prompt to prefill within TTFT in steps of the
-    limit (as step 3 reckons); without a TTFT target or a step limit, half of vLLM's default
-    cap, so prefill and decode share the smallest budget."""
+    limit (as step 3 reckons); without a TTFT target or a step limit, half of the cap being
+    lowered, so prefill and decode share the smallest budget."""
     if slo.ttft_p99_s is None or math.isinf(step_limit_s):
-        return DEFAULT_MAX_NUM_SEQS // 2
+        return num_seqs // 2
     num_steps = max(1, math.floor(slo.ttft_p99_s * ITL_HEADROOM / step_limit_s + 1e-9))
     return math.ceil(prices.prompt_tokens / num_steps)
 
@@ -665,5 +716,4 @@ __all__ = [
     "recommend",
     "step_frame",
     "upper_bound",
-    "vllm_default_token_budget",
 ]

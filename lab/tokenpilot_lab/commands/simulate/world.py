@@ -12,16 +12,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.gpu_profile import GPUProfile
-from tokenpilot.api.llmservice import (
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_MAX_NUM_SEQS,
-)
+from tokenpilot.api.llmservice import DEFAULT_GPU_MEMORY_UTILIZATION
 from tokenpilot.api.model_shape import ModelShape, model_preset
+from tokenpilot.api.vllm_defaults import vllm_batch_defaults
 from tokenpilot.commands.tuner_flags import workload_hints
 from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
 from tokenpilot.core.steptime import step_time_model
-from tokenpilot.core.tuner import recommend, vllm_default_token_budget
+from tokenpilot.core.tuner import recommend
 from tokenpilot_lab.commands.simulate.flags import parse_slo
 from tokenpilot_lab.fleet import FleetConfig, FleetResult
 from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
@@ -92,7 +90,7 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         )
         for budget, seqs in (
             (tuned_budget, tuned_seqs),
-            (vllm_default_token_budget(profile), DEFAULT_MAX_NUM_SEQS),
+            vllm_batch_defaults(profile),
         )
     )
     fleet = FleetConfig(
