@@ -52,7 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
     parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the synthetic trace and of --load's shifts"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the synthetic trace, of --load's shifts and of the service balancer",
     )
     parser.add_argument("--rate", default="x1", help="replay faster or slower, e.g. x2 or x0.5")
     parser.add_argument(
