@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     sim_args = flags.parse_args(argv[split + 1 :])
     trace = simulate_flags.load_trace(sim_args)
     world = simulate_world.setup(sim_args, trace)
-    fleet, timer, engine = world.fleet, world.timer, world.tuned_engine
+    fleet, timer, engine = world.fleet, world.engine_timer, world.tuned_engine
     began = time.monotonic()
     allowance = math.floor((1.0 - ATTAINMENT_GOAL) * trace.num_requests)
 

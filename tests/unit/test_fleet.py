@@ -29,7 +29,13 @@ FLEET = FleetConfig(max_replicas=16, cold_start_s=60.0, usd_per_gpu_hour=2.0)
 
 def run_all(trace: Trace, fleet: FleetConfig = FLEET) -> dict[str, float | int]:
     entries, _ = contenders(
-        POLICY_NAMES, trace, fleet, tuned_engine=TUNED, default_engine=ENGINE, timer=TIMER
+        POLICY_NAMES,
+        trace,
+        fleet,
+        tuned_engine=TUNED,
+        default_engine=ENGINE,
+        timer=TIMER,
+        model_timer=TIMER,
     )
     return {r.policy: r for r in run_contenders(trace, entries, TIMER)}  # type: ignore[misc]
 
@@ -172,7 +178,13 @@ def test_every_contender_is_sized_on_the_budget_it_runs() -> None:
     # static fleet are sized on each contender's own engine, never on another budget's.
     trace = poisson(10.0, 600.0, seed=8, median_prompt_tokens=1500, median_output_tokens=150)
     entries, sizing = contenders(
-        POLICY_NAMES, trace, FLEET, tuned_engine=TUNED, default_engine=ENGINE, timer=TIMER
+        POLICY_NAMES,
+        trace,
+        FLEET,
+        tuned_engine=TUNED,
+        default_engine=ENGINE,
+        timer=TIMER,
+        model_timer=TIMER,
     )
     by_name = {e.name: e for e in entries}
     starts = {e.name: e.fleet.start_replicas for e in entries}

@@ -56,9 +56,13 @@ def test_json_is_one_object_with_attainment_as_a_fraction(
         "cold_start_s",
         "operator_restarts_s",
         "engine_slowdown",
+        "engine_truth",
+        "balancer",
         "prompt_tokens_per_5min_swing",
         "policies",
     }
+    assert data["engine_truth"] == {"name": "profile", "changes": []}
+    assert data["balancer"] == "service"
     assert list(data["policies"]) == ["hpa", "keda"]
     for figures in data["policies"].values():
         assert set(figures) == {
@@ -155,6 +159,11 @@ def test_plot_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         (["--engine-slowdown", "0"], "--engine-slowdown 0: must be a factor from 1 to 4"),
         (["--engine-slowdown", "nan"], "--engine-slowdown nan: must be a factor from 1 to 4"),
         (["--engine-slowdown", "0.5"], "faster engines could beat the GPU's datasheet"),
+        (
+            ["--engine-truth", "quick"],
+            "--engine-truth quick: neither a built-in truth nor a file; give one of profile, "
+            "chunk-compute",
+        ),
     ],
 )
 def test_bad_flags_get_a_clear_error(
@@ -215,3 +224,61 @@ def test_steady_load_targets_are_measured_and_named(capsys: pytest.CaptureFixtur
         return float(table.split("tuned budget ")[1].split(" running")[0])
 
     assert tuned_target(steady) > tuned_target(busiest)
+
+
+def test_the_table_and_the_json_say_which_truth_and_balancer_the_engines_ran(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A fleet and target given, not sized: four short runs.
+    argv = [*ARGS, "--policy", "hpa", "--duration", "60", "--initial-replicas", "2"]
+    argv += ["--target-running", "1"]
+    code, out, _ = run(capsys, argv)
+    assert code == 0
+    words = " ".join(out.split())
+    assert "engines: at the GPU profile's step model" in words
+    assert "balancer: service (kube-proxy: a random Ready replica per connection" in words
+    code, out, _ = run(
+        capsys,
+        [*argv, "--engine-truth", "long-context-attention", "--balancer", "least-request"],
+    )
+    assert code == 0
+    words = " ".join(out.split())
+    assert "engines: hidden truth long-context-attention (attention by mean context" in words
+    assert "tokenpilot's capacity model prices steps as the GPU profile does" in words
+    assert "balancer: least-request" in words
+    truth = tmp_path / "slow-host.yaml"
+    truth.write_text("name: slow-host\nstandsFor: a busy host\noverheadScale: 1.3\n")
+    code, out, _ = run(
+        capsys, [*argv, "--engine-truth", str(truth), "--engine-slowdown", "1.2", "--json"]
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["engine_truth"] == {
+        "name": "slow-host",
+        "changes": ["per-step overhead 1.3x the profile's"],
+    }
+    assert data["engine_slowdown"] == 1.2
+    code, out, _ = run(capsys, [*argv, "--engine-truth", str(truth), "--engine-slowdown", "1.2"])
+    assert "hidden truth slow-host (per-step overhead 1.3x the profile's), every step 1.2x" in (
+        " ".join(out.split())
+    )
+
+
+def test_a_bad_truth_file_is_refused_naming_the_file_and_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    truth = tmp_path / "typo.yaml"
+    truth.write_text("name: typo\nstandsFor: a typo\noverheadMs: 1.3\n")
+    code, _, err = run(capsys, [*ARGS, "--engine-truth", str(truth)])
+    assert code == 2
+    assert f"{truth}: invalid engine truth" in err
+    assert "overheadMs: unknown field; remove it or fix its spelling" in err
+
+
+def test_an_unknown_balancer_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main([*ARGS, "--balancer", "round-robin"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'round-robin' (choose from 'service', 'least-request')" in (
+        capsys.readouterr().err
+    )

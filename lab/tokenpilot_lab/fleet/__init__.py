@@ -6,13 +6,20 @@ fleet for a trace's peak. Results carry per-request latencies, GPU-hours, cost, 
 and a timeline for plotting.
 """
 
-from tokenpilot_lab.fleet.config import DEFAULT_COLD_START_S, FleetConfig
+from tokenpilot_lab.fleet.config import (
+    DEFAULT_BALANCER,
+    DEFAULT_COLD_START_S,
+    Balancer,
+    FleetConfig,
+)
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline
 from tokenpilot_lab.fleet.simulator import simulate
 from tokenpilot_lab.fleet.view import FleetView
 
 __all__ = [
+    "DEFAULT_BALANCER",
     "DEFAULT_COLD_START_S",
+    "Balancer",
     "FleetConfig",
     "FleetResult",
     "FleetView",

@@ -113,7 +113,7 @@ def contenders(
     tuned_engine: EngineConfig,
     default_engine: EngineConfig,
     timer: StepTimer,
-    model_timer: StepTimer | None = None,
+    model_timer: StepTimer,
     sizing: Sizing | None = None,
     target_running_per_replica: float | None = None,
     steady_targets: bool = False,
@@ -130,7 +130,8 @@ def contenders(
     who sized the target with a fixed-rate benchmark of the production mix would set.
 
     `timer` is what the engines run at, and every measurement is made on it; `model_timer`
-    (default `timer`) is the GPU profile's price, which the operator's capacity model uses."""
+    is the GPU profile's price, which the operator's capacity model uses (the engines' timer
+    only where they run at the profile's price: the operator never holds the engines' own)."""
 
     if steady_targets and target_running_per_replica is not None:
         raise ValueError(
@@ -203,7 +204,7 @@ def contenders(
                 autoscale,
                 # One replica as the operator's autoscaler prices it.
                 replica_model=ReplicaModel(
-                    pricer=model_timer or timer,
+                    pricer=model_timer,
                     token_budget=engine.max_num_batched_tokens,
                     max_num_seqs=engine.max_num_seqs,
                     num_kv_tokens=engine.kv_capacity_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from tokenpilot.core.errors import InvalidSpec
@@ -19,6 +20,21 @@ DEFAULT_COLD_START_S = 90.0
 DEFAULT_SCRAPE_INTERVAL_S = 15.0
 
 
+class Balancer(enum.Enum):
+    """How an arrival picks its replica, among the Ready ones that are not draining."""
+
+    # A Kubernetes Service: kube-proxy (iptables or nftables mode) picks an endpoint at random
+    # for each new connection; one connection per request.
+    service = "service"
+    # A least-request proxy or an endpoint picker: the replica with the fewest requests in
+    # flight, ties to the oldest.
+    least_request = "least-request"
+
+
+# The rendered Service is what the operator gives an LLMService.
+DEFAULT_BALANCER = Balancer.service
+
+
 @dataclass(frozen=True, slots=True)
 class FleetConfig:
     """Replica bounds, start-up delay, metric collection and prices, shared by every policy."""
@@ -33,6 +49,9 @@ class FleetConfig:
     series_interval_s: float = 10.0
     ttft_slo_s: float = 2.0
     itl_slo_s: float = 0.05
+    balancer: Balancer = DEFAULT_BALANCER
+    # Seeds the service balancer's random choices: every run with it makes the same ones.
+    balancer_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.min_replicas < 1:

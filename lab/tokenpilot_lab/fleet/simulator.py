@@ -5,9 +5,10 @@ becoming Ready, a timeline sample), in time order:
 1. Advance every live engine to the event time (`Engine.advance_until`), collecting finished
    requests; a draining replica with nothing left in flight is gone.
 2. Starting replicas whose cold start has elapsed become Ready and take queued requests.
-3. Arrivals go to the Ready, non-draining replica with the fewest requests in flight (least
-   outstanding requests; ties to the oldest replica). With no Ready replica they wait at the
-   balancer.
+3. Arrivals go to a Ready, non-draining replica, as the fleet's balancer picks it: at random
+   (`service`, kube-proxy's choice per connection, from the config's seed) or the one with
+   the fewest requests in flight (`least-request`; ties to the oldest replica). With no Ready
+   replica they wait at the balancer.
 4. Scrapes record metrics; on its interval the policy sees a `FleetView` and its choice is
    applied: new replicas start cold, removed ones (starting first, then the newest Ready)
    stop taking requests and drain.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 
@@ -26,7 +28,7 @@ from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot.core.autoscale.window import EngineSample
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
-from tokenpilot_lab.fleet.config import FleetConfig
+from tokenpilot_lab.fleet.config import Balancer, FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
 from tokenpilot_lab.fleet.view import FleetView
@@ -119,6 +121,8 @@ class FleetSimulation:
         self._series_running: list[int] = []
         self._series_waiting: list[int] = []
         self._last_finish_s = 0.0
+        self._least_request = config.balancer is Balancer.least_request
+        self._rng = random.Random(config.balancer_seed)
 
     # ----- fleet state ----------------------------------------------------------------------
 
@@ -232,14 +236,7 @@ class FleetSimulation:
             replica.num_output_tokens += 1
 
     def _dispatch(self, index: int, now_s: float) -> None:
-        best: _Replica | None = None
-        for replica in self._live:
-            if (
-                replica.removed_s is None
-                and replica.ready_s <= now_s
-                and (best is None or replica.outstanding < best.outstanding)
-            ):
-                best = replica
+        best = self._pick(now_s)
         if best is None:
             self._pending.append(index)
             return
@@ -260,6 +257,21 @@ class FleetSimulation:
             self._num_rejected += 1
             return
         best.outstanding += 1
+
+    def _pick(self, now_s: float) -> _Replica | None:
+        """The replica the balancer sends an arrival to; None when none is Ready."""
+        if self._least_request:
+            best: _Replica | None = None
+            for replica in self._live:
+                if (
+                    replica.removed_s is None
+                    and replica.ready_s <= now_s
+                    and (best is None or replica.outstanding < best.outstanding)
+                ):
+                    best = replica
+            return best
+        ready = [r for r in self._live if r.removed_s is None and r.ready_s <= now_s]
+        return self._rng.choice(ready) if ready else None
 
     def _dispatch_pending(self, now_s: float) -> None:
         pending = self._pending

@@ -124,7 +124,9 @@ def fewest_meeting(
 ) -> int:
     """The fewest replicas in [lowest, highest] for which `meets` holds, by doubling from
     `first` (default `lowest`) and then bisection; `highest` when none does. `meets` must not
-    turn false as replicas are added (the balancer only spreads load thinner)."""
+    turn false as replicas are added (the balancer only spreads load thinner; behind the
+    random `service` balancer that holds on average, not run by run, and the search returns
+    a size that meets it where the bisection found one)."""
     # low fails (or is below the range), high is the candidate.
     low, high = lowest - 1, max(lowest, first if first is not None else lowest)
     while not meets(high) and high < highest:

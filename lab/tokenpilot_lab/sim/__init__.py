@@ -1,8 +1,10 @@
 """The engine model: vLLM V1 continuous batching with chunked prefill, in virtual time.
 
 Pure: no I/O, no clock. Time is always an argument, and one step's duration comes from a
-`StepTimer` (the GPU profile's step-time model). The same model drives the fleet simulator
-(virtual time, `advance_until`) and the `engine-sim` server (wall clock, `step`).
+`StepTimer` (the GPU profile's step-time model, or an `EngineTruth`'s price on it: engines
+that differ from the profile the operator holds, `sim.truth`). The same model drives the
+fleet simulator (virtual time, `advance_until`) and the `engine-sim` server (wall clock,
+`step`).
 
 Typical use from a discrete-event caller::
 
@@ -37,16 +39,28 @@ from tokenpilot_lab.sim.events import (
 )
 from tokenpilot_lab.sim.request import InvalidRequest, SimRequest
 from tokenpilot_lab.sim.timer import ScaledPricer, StepTimer
+from tokenpilot_lab.sim.truth import (
+    BUILTIN_TRUTHS,
+    PROFILE_TRUTH,
+    EngineTruth,
+    InvalidTruth,
+    builtin_truth,
+    parse_truth,
+)
 
 __all__ = [
+    "BUILTIN_TRUTHS",
+    "PROFILE_TRUTH",
     "Engine",
     "EngineConfig",
     "EngineEvent",
     "EngineLimits",
+    "EngineTruth",
     "Finished",
     "FirstToken",
     "InvalidEngineConfig",
     "InvalidRequest",
+    "InvalidTruth",
     "Preempted",
     "RequestStats",
     "ScaledPricer",
@@ -54,4 +68,6 @@ __all__ = [
     "StepLog",
     "StepResult",
     "StepTimer",
+    "builtin_truth",
+    "parse_truth",
 ]

@@ -189,6 +189,20 @@ class StepTimeModel:
     ) -> float:
         """Seconds for one step: `num_decodes` decodes attending `decode_context_tokens` in
         all (each its cached tokens plus itself), and the prefill chunks scheduled beside them."""
+        overhead_s, linear_s, attention_s, allreduce_s = self.terms_s(
+            num_decodes, decode_context_tokens, prefill_chunks
+        )
+        return overhead_s + linear_s + attention_s + allreduce_s
+
+    def terms_s(
+        self,
+        num_decodes: int,
+        decode_context_tokens: int,
+        prefill_chunks: Sequence[PrefillChunk] = (),
+    ) -> tuple[float, float, float, float]:
+        """The same step's price in its four terms, which add up to `iteration_s`: the fixed
+        overhead, the linear layers' group, the attention group and the all-reduces. Cheap
+        enough for every step of a simulation; `breakdown` has the parts of each group."""
         num_tokens = num_decodes
         pairs = decode_context_tokens
         kv_read = decode_context_tokens
@@ -198,20 +212,18 @@ class StepTimeModel:
             kv_read += computed
         w = self.work
         return (
-            self._overhead_s
-            + smooth_max(
-                w.flops_per_token * num_tokens * self._s_per_flop, self._weights_s, self._p
-            )
-            + smooth_max(
+            self._overhead_s,
+            smooth_max(w.flops_per_token * num_tokens * self._s_per_flop, self._weights_s, self._p),
+            smooth_max(
                 w.flops_per_pair * pairs * self._s_per_flop,
                 w.kv_bytes_per_token * (kv_read + num_tokens) * self._s_per_byte,
                 self._p,
-            )
-            + w.num_allreduces
+            ),
+            w.num_allreduces
             * (
                 self._allreduce_latency_s
                 + w.allreduce_bytes_per_token * num_tokens * self._s_per_link_byte
-            )
+            ),
         )
 
     def breakdown(

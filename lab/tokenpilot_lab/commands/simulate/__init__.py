@@ -18,6 +18,7 @@ from tokenpilot.core.errors import TokenPilotError
 from tokenpilot_lab.commands.simulate.flags import (
     check_flags,
     configure,
+    engine_truth,
     load_trace,
     restart_times,
 )
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_flags(args)
         restarts_s = restart_times(args.operator_restarts)
+        truth = engine_truth(args)
         trace = load_trace(args)
         results, sizing, budgets = run_policies(args, trace, err, restarts_s)
     except (TraceError, TokenPilotError, InvalidEngineConfig, ValueError) as exc:
@@ -47,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             cold_start_s=args.cold_start,
             operator_restarts_s=restarts_s,
             engine_slowdown=args.engine_slowdown,
+            engine_truth=truth,
+            balancer=args.balancer,
         )
         print(json.dumps(payload, sort_keys=False))
     else:

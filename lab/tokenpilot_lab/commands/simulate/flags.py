@@ -11,9 +11,17 @@ from tokenpilot.api.model_shape import MODEL_PRESETS
 from tokenpilot.api.units import ITL_P99, TTFT_P99
 from tokenpilot.commands.tuner_flags import add_tuner_flags
 from tokenpilot.core.tuner import check_engine_slowdown
-from tokenpilot_lab.fleet import DEFAULT_COLD_START_S
+from tokenpilot_lab.fleet import DEFAULT_BALANCER, DEFAULT_COLD_START_S, Balancer
 from tokenpilot_lab.fleet.config import DEFAULT_SCRAPE_INTERVAL_S
 from tokenpilot_lab.fleet.operator import RestartMemory
+from tokenpilot_lab.sim import (
+    BUILTIN_TRUTHS,
+    PROFILE_TRUTH,
+    EngineTruth,
+    InvalidTruth,
+    builtin_truth,
+    parse_truth,
+)
 from tokenpilot_lab.traces import mapping_from_spec, read_trace
 from tokenpilot_lab.workload import (
     Trace,
@@ -44,7 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
     parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the synthetic trace and of --load's shifts"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the synthetic trace, of --load's shifts and of the service balancer",
     )
     parser.add_argument("--rate", default="x1", help="replay faster or slower, e.g. x2 or x0.5")
     parser.add_argument(
@@ -123,7 +134,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="the simulated engines' steps take F times the step model's price, for every "
         "policy, while the operator's capacity model keeps the profile's price: a GPU profile "
-        "that misprices its engines (default 1, a profile that prices them right)",
+        "that misprices its engines (default 1, a profile that prices them right); with "
+        "--engine-truth, F times the truth's price",
+    )
+    parser.add_argument(
+        "--engine-truth",
+        default=PROFILE_TRUTH,
+        metavar="NAME|FILE",
+        help="the simulated engines price their steps by a hidden truth that differs from the "
+        "GPU profile per term and in shape, while the operator keeps the profile: "
+        f"{', '.join(BUILTIN_TRUTHS)}, or a YAML file naming the changes (default "
+        f"{PROFILE_TRUTH}: engines at the profile's price)",
+    )
+    parser.add_argument(
+        "--balancer",
+        choices=[b.value for b in Balancer],
+        default=DEFAULT_BALANCER.value,
+        help="how arrivals reach the Ready replicas, for every policy and every sizing run: "
+        "service, kube-proxy's random choice per connection as the rendered Service gets "
+        "(seeded from --seed, the default), or least-request, what a least-request proxy or "
+        "an endpoint picker gives",
     )
     parser.add_argument("--scrape-interval", type=float, default=DEFAULT_SCRAPE_INTERVAL_S)
     parser.add_argument("--usd-per-gpu-hour", type=float, help="default: the GPU profile's")
@@ -147,6 +177,27 @@ def restart_times(text: str | None) -> tuple[float, ...]:
             f"--operator-restarts {text!r}: each must be a finite number of seconds >= 0"
         )
     return values
+
+
+def engine_truth(args: argparse.Namespace) -> EngineTruth | None:
+    """The truth `--engine-truth` names: a built-in by name, else a YAML file; None for
+    engines at the profile's price."""
+    text = args.engine_truth
+    if text == PROFILE_TRUTH or text in BUILTIN_TRUTHS:
+        return builtin_truth(text)
+    path = Path(text)
+    if not path.is_file():
+        raise InvalidTruth(
+            f"--engine-truth {text}: neither a built-in truth nor a file; give one of "
+            f"{PROFILE_TRUTH}, {', '.join(BUILTIN_TRUTHS)}, or the path of a YAML file naming "
+            "the changes"
+        )
+    try:
+        content = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        # Unreadable: the user must fix the path or the file.
+        raise InvalidTruth(f"--engine-truth {text}: cannot read it ({exc})") from None
+    return parse_truth(content, str(path))
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from tokenpilot_lab.fleet import FleetResult
+from tokenpilot_lab.fleet import DEFAULT_BALANCER, FleetResult
 from tokenpilot_lab.fleet.sizing import Sizing
+from tokenpilot_lab.sim import PROFILE_TRUTH, EngineTruth
 from tokenpilot_lab.workload import (
     Trace,
 )
@@ -34,6 +35,8 @@ def to_json(
     cold_start_s: float,
     operator_restarts_s: Sequence[float] = (),
     engine_slowdown: float = 1.0,
+    engine_truth: EngineTruth | None = None,
+    balancer: str = DEFAULT_BALANCER.value,
 ) -> dict[str, object]:
     policies: dict[str, object] = {}
     for result in results:
@@ -56,6 +59,12 @@ def to_json(
         "cold_start_s": cold_start_s,
         "operator_restarts_s": list(operator_restarts_s),
         "engine_slowdown": engine_slowdown,
+        "engine_truth": (
+            {"name": PROFILE_TRUTH, "changes": []}
+            if engine_truth is None
+            else {"name": engine_truth.name, "changes": list(engine_truth.changes())}
+        ),
+        "balancer": balancer,
         "prompt_tokens_per_5min_swing": _num(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
@@ -101,6 +110,8 @@ def render_table(
     console.print(f"  cold start: {budgets['cold_start']}", highlight=False)
     if budgets.get("engines"):
         console.print(f"  engines: {budgets['engines']}", highlight=False)
+    if budgets.get("balancer"):
+        console.print(f"  balancer: {budgets['balancer']}", highlight=False)
     if budgets.get("restarts"):
         console.print(
             f"  operator restarts at: {budgets['restarts']} (tokenpilot, vllm-default-budget: "

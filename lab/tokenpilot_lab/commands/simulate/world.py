@@ -20,13 +20,13 @@ from tokenpilot.core.capacity import plan_capacity
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
 from tokenpilot.core.steptime import step_time_model
 from tokenpilot.core.tuner import recommend
-from tokenpilot_lab.commands.simulate.flags import parse_slo
-from tokenpilot_lab.fleet import FleetConfig, FleetResult
+from tokenpilot_lab.commands.simulate.flags import engine_truth, parse_slo
+from tokenpilot_lab.fleet import Balancer, FleetConfig, FleetResult
 from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
 from tokenpilot_lab.fleet.operator import RestartMemory
 from tokenpilot_lab.fleet.results import nearest_rank
 from tokenpilot_lab.fleet.sizing import Sizing
-from tokenpilot_lab.sim import EngineConfig, ScaledPricer, StepTimer
+from tokenpilot_lab.sim import EngineConfig, EngineTruth, ScaledPricer, StepTimer
 from tokenpilot_lab.workload import (
     Trace,
 )
@@ -69,6 +69,8 @@ class Setup:
     tuned_from: str
     # What the engines run at; `timer` is what the profile, and so the operator, says.
     engine_timer: StepTimer
+    # The hidden truth the engines run (None: the profile's price), before any slowdown.
+    truth: EngineTruth | None = None
 
 
 def setup(args: argparse.Namespace, trace: Trace) -> Setup:
@@ -105,11 +107,17 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         ),
         ttft_slo_s=ttft_slo_s,
         itl_slo_s=itl_slo_s,
+        balancer=Balancer(args.balancer),
+        balancer_seed=args.seed,
     )
+    truth = engine_truth(args)
+    truth_timer = timer if truth is None else truth.pricer(timer)
     engine_timer = (
-        timer if args.engine_slowdown == 1.0 else ScaledPricer(timer, args.engine_slowdown)
+        truth_timer
+        if args.engine_slowdown == 1.0
+        else ScaledPricer(truth_timer, args.engine_slowdown)
     )
-    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from, engine_timer)
+    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from, engine_timer, truth)
 
 
 def run_policies(
@@ -152,10 +160,8 @@ def run_policies(
         "restarts": ", ".join(f"{s:g} s" for s in restarts_s)
         + (f", memory {args.operator_restart_memory}" if restarts_s else ""),
         "prefix_cache": _prefix_cache_line(trace, args.enable_prefix_caching),
-        "engines": ""
-        if args.engine_slowdown == 1.0
-        else f"steps take {args.engine_slowdown:g}x the step model's price for every policy; "
-        "tokenpilot's capacity model prices them at 1x, as the profile does",
+        "engines": _engines_line(world.truth, args.engine_slowdown),
+        "balancer": _balancer_line(fleet),
         "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
         f"max_num_seqs {tuned_engine.max_num_seqs}",
         "default": f"{default_engine.max_num_batched_tokens}, "
@@ -171,6 +177,33 @@ def run_policies(
         ),
     }
     return results, sizing, budgets
+
+
+def _engines_line(truth: EngineTruth | None, slowdown: float) -> str:
+    slower = "" if slowdown == 1.0 else f", every step {slowdown:g}x that price"
+    if truth is None:
+        if slowdown == 1.0:
+            return "at the GPU profile's step model, the price tokenpilot's capacity model uses"
+        return (
+            f"steps take {slowdown:g}x the step model's price for every policy; tokenpilot's "
+            "capacity model prices them at 1x, as the profile does"
+        )
+    return (
+        f"hidden truth {truth.describe()}{slower}, for every policy; tokenpilot's capacity "
+        "model prices steps as the GPU profile does"
+    )
+
+
+def _balancer_line(fleet: FleetConfig) -> str:
+    if fleet.balancer is Balancer.service:
+        return (
+            "service (kube-proxy: a random Ready replica per connection, seeded from --seed "
+            f"{fleet.balancer_seed}), for every policy and sizing run"
+        )
+    return (
+        "least-request (the Ready replica with the fewest requests in flight), for every "
+        "policy and sizing run"
+    )
 
 
 def _prefix_cache_line(trace: Trace, enabled: bool) -> str:
