@@ -199,8 +199,10 @@ def test_auto_calibration_measures_once_and_retunes(
 
         def answered() -> dict[str, Any] | None:
             found = status(client, namespace).get("calibration") or {}
-            assert found.get("request") == "1" and found["state"] == "Succeeded", calibration_state(
-                client, namespace
+            # The Job's own words first: a long state dump is cut from the end of a CI log.
+            assert found.get("request") == "1" and found["state"] == "Succeeded", (
+                f"{found.get('state')}: {found.get('message')}; "
+                f"{calibration_state(client, namespace)}"
             )
             return found
 

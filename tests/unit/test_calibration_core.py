@@ -122,6 +122,19 @@ def test_a_grid_that_cannot_fit_the_engine_says_which_flag_to_raise() -> None:
         plan_grid(GridSize.quick, BUDGET, 300)
 
 
+@pytest.mark.parametrize("size", list(GridSize))
+def test_the_smallest_budget_a_grid_names_is_one_it_can_calibrate(size: GridSize) -> None:
+    # An engine the tuner put on a small budget (176 tokens, say) is calibrated where it runs;
+    # below the grid's smallest budget the refusal names that budget.
+    with pytest.raises(InvalidSpec, match=r"a budget of at least (\d+) tokens") as refused:
+        plan_grid(size, 100, 8192)
+    smallest = int(str(refused.value).rsplit("at least ", 1)[1].split()[0])
+    assert len(plan_grid(size, smallest, 8192)) >= 8
+    with pytest.raises(InvalidSpec):
+        plan_grid(size, smallest - 1, 8192)
+    assert len(plan_grid(GridSize.quick, 176, 8192)) >= 8
+
+
 @settings(max_examples=8, deadline=None)
 @given(
     compute=st.floats(0.05, 0.95),

@@ -181,8 +181,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         shape_name, shape = _model_shape(args)
         base = _base_profile(args.gpu_name)
-        if args.max_num_batched_tokens < 256:
-            raise TokenPilotError("--max-num-batched-tokens must be at least 256")
+        # No floor of its own: the grid refuses a budget too small to give it enough points
+        # (plan_grid), and an engine the tuner ran at a small budget is calibrated where it runs.
+        if args.max_num_batched_tokens < 1:
+            raise TokenPilotError("--max-num-batched-tokens must be a positive number of tokens")
         if args.progress_address is not None:
             parse_address(args.progress_address)
         info = asyncio.run(engine_info(url, args.model))

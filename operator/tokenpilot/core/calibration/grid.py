@@ -28,6 +28,8 @@ DECODE_HEADROOM_TOKENS = 512
 # Share of the KV cache the grid's decodes may fill, so a burst never preempts them.
 KV_SHARE = 0.7
 HELD_OUT_EVERY = 4
+# The fewest prompt tokens beside the decodes for a step whose prefill shows in its time.
+MIN_ROOM = 128
 
 
 class GridSize(StrEnum):
@@ -94,7 +96,7 @@ def plan_grid(
     points: list[GridPoint] = []
     for num_decode in _DECODES[size]:
         room = budget_tokens - num_decode
-        if room < 128:
+        if room < MIN_ROOM:
             continue
         for context in _CONTEXTS[size]:
             if context + DECODE_HEADROOM_TOKENS > max_model_len or room > max_model_len:
@@ -116,12 +118,15 @@ def plan_grid(
                     )
                 )
     if len(points) < 2 * HELD_OUT_EVERY:
+        # Every decode level brings the same points, so the grid needs this many levels' room.
+        levels = -(-2 * HELD_OUT_EVERY // (len(_CONTEXTS[size]) * len(_bursts(size, MIN_ROOM))))
+        smallest = sorted(_DECODES[size])[levels - 1] + MIN_ROOM
         raise InvalidSpec(
             f"the {size.value} grid has {len(points)} points for a budget of {budget_tokens} "
             f"tokens and a max model length of {max_model_len} (KV cache "
             f"{kv_capacity_tokens or 'unknown'} tokens); start the engine with "
             f"--max-model-len of at least {_CONTEXTS[size][-1] + DECODE_HEADROOM_TOKENS} and "
-            f"a budget of at least 512 tokens"
+            f"a budget of at least {smallest} tokens"
         )
     return points
 
