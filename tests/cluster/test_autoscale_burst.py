@@ -259,7 +259,9 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
     stopped_s = time.monotonic()
     assert not load.errors, load.errors[:3]
 
-    # Back to minReplicas, one step at a time, and never before the calm window has passed.
+    # Back to minReplicas, never up again, and never before the calm window has passed. The
+    # capacity model may go the whole way to its need in one step (3 -> 1) when the forecast has
+    # decayed past 2 by the time a step down is allowed; a loaded machine makes that likelier.
     seen: list[tuple[float, int]] = []
 
     def at_min() -> bool:
@@ -270,7 +272,8 @@ def test_burst_scales_up_fast_and_returns_to_min_after_the_window(
     eventually(at_min, timeout_s=120, interval_s=0.5, what="the return to minReplicas")
     first_down_s = next(t for t, replicas in seen if replicas < 3)
     assert first_down_s >= WINDOW_S, seen
-    assert sorted({replicas for _, replicas in seen}, reverse=True) in ([3, 2, 1], [2, 1])
+    replicas_seen = [replicas for _, replicas in seen]
+    assert all(a >= b for a, b in itertools.pairwise(replicas_seen)), seen
 
     # The autoscaler writes spec.replicas, then its Event, then status.autoscaling: a poll can
     # see the new replicas a moment before the status and the Event that go with them.
