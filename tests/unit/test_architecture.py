@@ -129,8 +129,10 @@ def _operator_policies(world: Any, trace: Any) -> dict[str, Any]:
         world.fleet,
         tuned_engine=world.tuned_engine,
         default_engine=world.default_engine,
+        planned_engine=world.planned_engine,
         timer=world.engine_timer,
         model_timer=world.timer,
+        services=world.services,
     )
     return {e.name: e.make_policy().state.policy for e in entries}
 
@@ -152,7 +154,7 @@ def test_simulate_hands_the_operator_the_profiles_step_model_never_the_engines_t
     assert setup.engine_timer != profile_model
     assert setup.engine_timer.iteration_s(8, 8000) > profile_model.iteration_s(8, 8000)
     for name, policy in _operator_policies(setup, trace).items():
-        assert policy.replica_model.pricer is setup.timer, name
+        assert policy.replica_model.pricer == setup.timer, name
     # `simulate` itself passes exactly these: the engines' timer to the engines and the sizing,
     # the profile's to the operator.
     (call,) = [
@@ -179,12 +181,6 @@ def test_the_operators_policy_reads_nothing_of_the_trace() -> None:
     assert _operator_policies(setup, trickle) == _operator_policies(setup, flood)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known violation (issue 43, item 5): commands/simulate/world.py `_tuned` gives the "
-    "tuner the trace's P99 prompt and mean context, hindsight no operator has; it goes when "
-    "the operator's learned workload replaces it (then remove this mark)",
-)
 def test_the_tuner_is_given_no_statistic_of_the_trace() -> None:
     # No --budget and no hints: the tokenpilot engines' budget is what the operator's tuner
     # picks for a spec a user writes, the same for any trace.

@@ -190,7 +190,8 @@ def test_tokenpilot_takes_the_tuners_budget_unless_given_one(
     argv = [a for a in ARGS if a not in ("--budget", "2048")]
     code, out, _ = run(capsys, [*argv, "--policy", "tokenpilot"])
     assert code == 0
-    assert "(from the tuner, balanced)" in out  # the LLMService's default profile
+    # The LLMService's default profile, planned for the API's workload defaults (no hints).
+    assert "tokenpilot opens on" in out and "(from the tuner, balanced, for the API's" in out
     _, given, _ = run(capsys, [*ARGS, "--policy", "tokenpilot"])
     assert "2048 (from --budget)" in given
 

@@ -1,12 +1,14 @@
 """Every policy on the same trace: how each contender is set up, and the runs in order.
 
 Baselines run vLLM with its default token budget, as a deployment without TokenPilot would,
-and again on TokenPilot's tuned budget (`static-peak+tuned`, `hpa+tuned`, `keda+tuned`,
-`aibrix-kpa+tuned`); `tokenpilot` runs the tuned budget; `vllm-default-budget` is TokenPilot's
-scaling with the default budget. So `tokenpilot` against `vllm-default-budget` is what tuning
-buys, and `tokenpilot` against the `+tuned` rows what the policy buys. Every baseline's target,
-the static fleets and every autoscaler's opening fleet are sized by one measured procedure on
-the budget the contender runs (`fleet.sizing`).
+and again on a budget TokenPilot's tuner plans (`static-peak+tuned`, `hpa+tuned`, `keda+tuned`,
+`aibrix-kpa+tuned`: the `planned_engine`, for the figures a user who knows the traffic would
+give `tokenpilot plan`). `tokenpilot` runs its spec (fleet.service): it opens on the budget the
+reconciler tunes from the spec and re-tunes as it learns the workload; `vllm-default-budget` is
+TokenPilot's scaling on a spec with vLLM's default integers. So `tokenpilot` against
+`vllm-default-budget` is what tuning buys, and `tokenpilot` against the `+tuned` rows what the
+policy buys. Every baseline's target, the static fleets and every autoscaler's opening fleet
+are sized by one measured procedure on the budget the contender starts on (`fleet.sizing`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from tokenpilot.api.llmservice import LLMServiceSpec
+from tokenpilot.api.gpu_profile import GPUProfile
+from tokenpilot.api.llmservice import LLMService, LLMServiceSpec
 from tokenpilot.core.autoscale import AutoscalePolicy
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.loop import ServiceState
@@ -26,6 +29,7 @@ from tokenpilot_lab.fleet.operator import OperatorPolicy, RestartMemory
 from tokenpilot_lab.fleet.policies import HpaPolicy, KedaPolicy, KpaPolicy, StaticPolicy
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.results import FleetResult
+from tokenpilot_lab.fleet.service import ServiceTuning
 from tokenpilot_lab.fleet.simulator import ProgressFn, simulate
 from tokenpilot_lab.fleet.sizing import (
     BUSIEST_BASIS,
@@ -55,6 +59,16 @@ POLICY_NAMES = (
 # The baselines, each also run on TokenPilot's tuned budget as `<name>+tuned`.
 BASELINES = ("static-peak", "hpa", "keda", "aibrix-kpa")
 TUNED_SUFFIX = "+tuned"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorServices:
+    """The LLMServices the operator contenders run, as their users would write them, and the
+    GPU profile the operator holds for their SKU."""
+
+    tokenpilot: LLMService
+    default_budget: LLMService
+    profile: GPUProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +128,8 @@ def contenders(
     default_engine: EngineConfig,
     timer: StepTimer,
     model_timer: StepTimer,
+    planned_engine: EngineConfig | None = None,
+    services: OperatorServices | None = None,
     sizing: Sizing | None = None,
     target_running_per_replica: float | None = None,
     steady_targets: bool = False,
@@ -131,7 +147,14 @@ def contenders(
 
     `timer` is what the engines run at, and every measurement is made on it; `model_timer`
     is the GPU profile's price, which the operator's capacity model uses (the engines' timer
-    only where they run at the profile's price: the operator never holds the engines' own)."""
+    only where they run at the profile's price: the operator never holds the engines' own).
+
+    `tuned_engine` is what `tokenpilot` opens on, `planned_engine` (None: the same) what the
+    +tuned baselines run. With `services` the operator contenders run those specs through the
+    reconciler's tuning and re-tune as they learn (fleet.service); without, they keep
+    `tuned_engine` or `default_engine` and the autoscaler's policy for the fleet's bounds and
+    SLOs, priced by `model_timer` (the mechanics' tests, on synthetic step timers)."""
+    planned = tuned_engine if planned_engine is None else planned_engine
 
     if steady_targets and target_running_per_replica is not None:
         raise ValueError(
@@ -139,7 +162,9 @@ def contenders(
         )
 
     def budget(engine: EngineConfig) -> str:
-        return "tuned" if engine is tuned_engine else "default"
+        if engine is default_engine:
+            return "default"
+        return "tuned" if engine is planned else "opening"
 
     openings: dict[str, Sizing] = {}
     sizings: dict[str, Sizing] = {} if sizing is None else {"default": sizing}
@@ -181,8 +206,9 @@ def contenders(
         return replace(fleet, initial_replicas=opening(engine).replicas)
 
     def engine_of(name: str) -> EngineConfig:
-        tuned = name == "tokenpilot" or name.endswith(TUNED_SUFFIX)
-        return tuned_engine if tuned else default_engine
+        if name == "tokenpilot":
+            return tuned_engine
+        return planned if name.endswith(TUNED_SUFFIX) else default_engine
 
     if any(n.startswith("static-peak") for n in names):
         # The table reports the default budget's sizing. A budget with a static fleet is sized
@@ -190,14 +216,25 @@ def contenders(
         # whatever the order of `names`.
         peak_sizing(default_engine)
         if f"static-peak{TUNED_SUFFIX}" in names:
-            peak_sizing(tuned_engine)
+            peak_sizing(planned)
     lo, hi = fleet.min_replicas, fleet.max_replicas
     autoscale, interval_s = operator_autoscaling(fleet, model)
     out: list[Contender] = []
     for name in names:
         engine = engine_of(name)
         base = name.removesuffix(TUNED_SUFFIX)
-        if base in ("tokenpilot", "vllm-default-budget"):
+        if base in ("tokenpilot", "vllm-default-budget") and services is not None:
+            service = services.tokenpilot if base == "tokenpilot" else services.default_budget
+            make: Callable[[], FleetPolicy] = partial(
+                _served_operator,
+                name,
+                service,
+                services.profile,
+                operator_restarts_s,
+                restart_memory,
+            )
+            out.append(Contender(name, make, engine, autoscaled(engine)))
+        elif base in ("tokenpilot", "vllm-default-budget"):
             # The start-up is the operator's own: assumed until the run's first new replica
             # is Ready, then measured from it (core.autoscale.plan.StartupMemory).
             policy = replace(
@@ -212,9 +249,7 @@ def contenders(
                     ttft_slo_s=fleet.ttft_slo_s,
                 ),
             )
-            make: Callable[[], FleetPolicy] = partial(
-                _operator, name, policy, interval_s, operator_restarts_s, restart_memory
-            )
+            make = partial(_operator, name, policy, interval_s, operator_restarts_s, restart_memory)
             out.append(Contender(name, make, engine, autoscaled(engine)))
         elif base == "static-peak":
             n = peak_sizing(engine).replicas
@@ -270,6 +305,24 @@ def _operator(
     return OperatorPolicy(state, name=name, restarts_at_s=restarts_s, restart_memory=restart_memory)
 
 
+def _served_operator(
+    name: str,
+    service: LLMService,
+    profile: GPUProfile,
+    restarts_s: tuple[float, ...],
+    restart_memory: RestartMemory,
+) -> FleetPolicy:
+    tuning = ServiceTuning.of(service, profile)
+    state = ServiceState(tuning.policy(()), interval_s=evaluation_interval_s(service.spec))
+    return OperatorPolicy(
+        state,
+        service=tuning,
+        name=name,
+        restarts_at_s=restarts_s,
+        restart_memory=restart_memory,
+    )
+
+
 def _peak(trace: Trace) -> Trace:
     """The busiest 5 min of `trace`, where the baselines' targets are measured."""
     start_s = trace.peak_window_start_s(300.0)
@@ -292,8 +345,10 @@ def run_contenders(
         policy = entry.make_policy()
         result = simulate(trace, policy, entry.fleet, entry.engine_config, timer, step)
         if isinstance(policy, OperatorPolicy):
-            # What the operator would have warned of, under its row.
-            result = replace(result, notes=(*result.notes, *policy.notes()))
+            # What the operator would have warned of, under its row, and what it knew and did.
+            result = replace(
+                result, notes=(*result.notes, *policy.notes()), operator=policy.report()
+            )
         results.append(result)
     return results
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tokenpilot.core.errors import InvalidSpec
@@ -52,6 +53,8 @@ class FleetConfig:
     balancer: Balancer = DEFAULT_BALANCER
     # Seeds the service balancer's random choices: every run with it makes the same ones.
     balancer_seed: int = 0
+    # The engines' --custom-histogram-buckets, family to edges (None: vLLM's defaults).
+    engine_buckets: Mapping[str, Sequence[float]] | None = None
 
     def __post_init__(self) -> None:
         if self.min_replicas < 1:

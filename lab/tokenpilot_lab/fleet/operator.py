@@ -2,15 +2,17 @@
 
 Nothing of the autoscaler is here: each evaluation hands the simulated pods' /metrics to
 `tokenpilot.core.autoscale.loop.step`, the state machine the operator's handler calls, and
-applies the replicas it decides. The two policies differ only in the engines' token budget
-(tuned, or vLLM's default), which the comparison sets on the engines.
+applies the replicas it decides; the policy it evaluates is the spec's, priced at the batching
+the Ready pods run, and the reconciler's resync re-tunes the engines from the status the
+autoscaler wrote (fleet.service). The two policies differ only in their spec's batching (the
+tuner's, or vLLM's default integers).
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +23,7 @@ from tokenpilot.core.autoscale.observation import Current, Now
 from tokenpilot.core.autoscale.window import PodScrapes
 from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot_lab.fleet.policies.base import ScaleChoice
+from tokenpilot_lab.fleet.service import ServiceTuning
 from tokenpilot_lab.fleet.view import FleetView
 
 # Virtual time's wall clock (status timestamps, the memory's writes): this plus its seconds.
@@ -38,6 +41,8 @@ class RestartMemory(enum.Enum):
 @dataclass(slots=True)
 class OperatorPolicy:
     state: ServiceState
+    # The service's spec and its tuning (None: the state's policy as given, never re-tuned).
+    service: ServiceTuning | None = None
     name: str = "tokenpilot"
     source: MetricsSourceType = MetricsSourceType.direct
     # Virtual seconds at which the operator restarts (an upgrade, a standby's takeover): the
@@ -67,14 +72,22 @@ class OperatorPolicy:
             ready_replicas=view.num_ready,
             pod_startups_s=view.pod_startups_s,
         )
-        self.state, decision, actions = step(self.state, scrapes, current, _now(view.now_s))
+        service, now = self.service, _now(view.now_s)
+        if service is not None:
+            self.state = replace(self.state, policy=service.policy(view.batching.values()))
+        self.state, decision, actions = step(self.state, scrapes, current, now)
         for action in actions:
             if isinstance(action, PostEvent) and action.event.warning:
                 self.warnings.append((view.now_s, action.event))
         periodic = self.restarts_at_s and self.restart_memory is RestartMemory.periodic
         if periodic and view.now_s >= self._written_at_s + SNAPSHOT_EVERY_S:
             self._written, self._written_at_s = snapshot(self.state, _now(view.now_s)), view.now_s
-        return ScaleChoice(decision.desired_replicas, decision.reason)
+        batching = None
+        if service is not None:
+            batching = service.reconcile(
+                view.now_s, now.wall, self.state.applied, rolling_out=view.rolling_out
+            )
+        return ScaleChoice(decision.desired_replicas, decision.reason, batching)
 
     def notes(self) -> tuple[str, ...]:
         """The Warning Events of the run in words: each reason's first, and how many."""
@@ -88,6 +101,18 @@ class OperatorPolicy:
             + f": {event.message}"
             for at_s, event in firsts.values()
         )
+
+    def report(self) -> dict[str, Any] | None:
+        """What the service knew and did over the run (fleet.service), with what the
+        autoscaler last published of the workload and the engines' costs."""
+        if self.service is None:
+            return None
+        applied = self.state.applied or {}
+        return {
+            **self.service.report(),
+            "workload": applied.get("workload"),
+            "engine_costs": applied.get("engineCosts"),
+        }
 
     def _restart(self, now_s: float) -> None:
         self._num_restarts += 1

@@ -8,8 +8,9 @@ counts as missed. Percentiles across requests use the nearest rank, so they are 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
@@ -50,6 +51,19 @@ class Timeline:
 
 
 @dataclass(frozen=True, slots=True)
+class Rollout:
+    """The engines moved from one (token budget, max_num_seqs) to another: when the pod
+    template changed, when the last old pod went (None: still rolling at the end), and the
+    GPU-hours of the pods over spec.replicas meanwhile."""
+
+    started_s: float
+    finished_s: float | None
+    from_batching: tuple[int, int]
+    to_batching: tuple[int, int]
+    surge_gpu_hours: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class FleetResult:
     policy: str
     num_requests: int
@@ -67,6 +81,9 @@ class FleetResult:
     # vLLM's prefix_cache_queries and prefix_cache_hits summed over the replicas, in tokens.
     num_prefix_cache_queries: int = 0
     num_prefix_cache_hits: int = 0
+    rollouts: tuple[Rollout, ...] = ()
+    # What an operator contender knew and did, for the report (fleet.operator).
+    operator: Mapping[str, Any] | None = None
 
     @property
     def prefix_cache_hit_rate(self) -> float:

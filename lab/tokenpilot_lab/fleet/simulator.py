@@ -14,6 +14,12 @@ becoming Ready, a timeline sample), in time order:
    stop taking requests and drain.
 After the trace's last second no policy runs; the engines drain what they hold. GPU time is
 billed from a replica's creation until it is gone, or until the run ends.
+
+A policy may also move the engines to another batching (a re-tune): the Deployment's template
+changes and its pods roll as the rendered strategy rolls them (maxSurge 1, maxUnavailable 0):
+one new pod at a time beside the old ones, each old pod drained only once a new one is Ready
+and enough stay Ready without it. Replicas added meanwhile start on the new batching; replicas
+removed are the old ones first. Every surge pod's GPU time is billed as any pod's.
 """
 
 from __future__ import annotations
@@ -23,14 +29,21 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from tokenpilot.api.llmservice import MetricsSourceType
 from tokenpilot.core.autoscale.window import EngineSample
 from tokenpilot.core.errors import InvalidSpec
-from tokenpilot_lab.fleet.buckets import ITL_BUCKETS_S, TTFT_BUCKETS_S, BucketCounter
+from tokenpilot_lab.fleet.buckets import BucketCounter, EngineEdges, engine_edges
 from tokenpilot_lab.fleet.config import Balancer, FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
-from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent, Timeline, request_itl_p99_s
+from tokenpilot_lab.fleet.results import (
+    FleetResult,
+    Rollout,
+    ScaleEvent,
+    Timeline,
+    request_itl_p99_s,
+)
 from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
 from tokenpilot_lab.sim.prefix import chain
@@ -45,6 +58,7 @@ _chained = functools.lru_cache(maxsize=1 << 15)(chain)
 
 class _Replica:
     __slots__ = (
+        "config",
         "created_s",
         "ended_s",
         "engine",
@@ -52,21 +66,39 @@ class _Replica:
         "itl",
         "name",
         "num_output_tokens",
+        "num_prefills",
         "num_prompt_tokens",
         "num_requests",
+        "output_lengths",
         "outstanding",
+        "prefill_s",
+        "prompt_lengths",
         "ready_s",
         "removed_s",
         "ttft",
     )
 
-    def __init__(self, index: int, engine: Engine, created_s: float, ready_s: float) -> None:
+    def __init__(
+        self,
+        index: int,
+        config: EngineConfig,
+        timer: StepTimer,
+        edges: EngineEdges,
+        created_s: float,
+        ready_s: float,
+    ) -> None:
         self.index = index
         self.name = f"replica-{index}"
         # The engine's own histograms, as its /metrics would expose them.
-        self.ttft = BucketCounter(TTFT_BUCKETS_S)
-        self.itl = BucketCounter(ITL_BUCKETS_S)
-        self.engine = engine
+        self.ttft = BucketCounter(edges.ttft_s)
+        self.itl = BucketCounter(edges.itl_s)
+        self.prompt_lengths = BucketCounter(edges.tokens)
+        self.output_lengths = BucketCounter(edges.tokens)
+        # vLLM's request_prefill_time_seconds: its sum and count.
+        self.prefill_s = 0.0
+        self.num_prefills = 0
+        self.config = config
+        self.engine = Engine(config, timer)
         self.created_s = created_s
         self.ready_s = ready_s
         self.removed_s: float | None = None
@@ -123,12 +155,19 @@ class FleetSimulation:
         self._last_finish_s = 0.0
         self._least_request = config.balancer is Balancer.least_request
         self._rng = random.Random(config.balancer_seed)
+        self._edges = engine_edges(engine_config.max_model_len, config.engine_buckets)
+        # The Deployment's spec.replicas and its pod template's engine.
+        self._desired = 0
+        self._template = engine_config
+        self._rollouts: list[Rollout] = []
+        self._surge_s = 0.0
+        self._rolled_to_s = 0.0
 
     # ----- fleet state ----------------------------------------------------------------------
 
     def _new_replica(self, created_s: float, ready_s: float) -> None:
         replica = _Replica(
-            len(self._replicas), Engine(self.engine_config, self.timer), created_s, ready_s
+            len(self._replicas), self._template, self.timer, self._edges, created_s, ready_s
         )
         self._replicas.append(replica)
         self._live.append(replica)
@@ -139,7 +178,11 @@ class FleetSimulation:
         return [r for r in self._live if r.removed_s is None and r.ready_s <= now_s]
 
     def _spec_replicas(self) -> int:
-        return sum(1 for r in self._live if r.removed_s is None)
+        return self._desired
+
+    def _pods(self) -> list[_Replica]:
+        """The pods that exist and are not terminating: Ready, starting, old and new."""
+        return [r for r in self._live if r.removed_s is None]
 
     # ----- the loop ---------------------------------------------------------------------------
 
@@ -148,6 +191,7 @@ class FleetSimulation:
         duration_s = trace.duration_s
         for _ in range(cfg.start_replicas):
             self._new_replica(0.0, 0.0)
+        self._desired = cfg.start_replicas
         requests = trace.requests
         num_requests = len(requests)
         prometheus = policy.source is MetricsSourceType.prometheus
@@ -173,6 +217,8 @@ class FleetSimulation:
             if t_ready <= now_s:
                 while starting and starting[0].ready_s <= now_s:
                     starting.popleft()
+                if self._rollouts and self._rollouts[-1].finished_s is None:
+                    self._roll(now_s)
                 self._dispatch_pending(now_s)
             while next_arrival < num_requests and self._arrival_s[next_arrival] <= now_s:
                 self._dispatch(next_arrival, now_s)
@@ -227,6 +273,10 @@ class FleetSimulation:
                 self._num_met += 1
             replica.outstanding -= 1
             replica.num_requests += 1
+            replica.prompt_lengths.observe(stats.num_prompt_tokens)
+            replica.output_lengths.observe(stats.num_output_tokens)
+            replica.prefill_s += stats.first_token_s - stats.first_scheduled_s
+            replica.num_prefills += 1
             if stats.finish_s > self._last_finish_s:
                 self._last_finish_s = stats.finish_s
         elif type(event) is FirstToken:
@@ -297,7 +347,14 @@ class FleetSimulation:
                 cached_prompt_tokens_total=float(engine.num_prefix_cache_hits_total),
                 output_tokens_total=float(replica.num_output_tokens),
                 requests_total=float(replica.num_requests),
-                itl_sum_s=replica.itl.sum_s,
+                itl_sum_s=replica.itl.total,
+                prompt_len_buckets=replica.prompt_lengths.cumulative(),
+                prompt_len_sum=replica.prompt_lengths.total,
+                output_len_buckets=replica.output_lengths.cumulative(),
+                output_len_sum=replica.output_lengths.total,
+                prefix_cache_queries_total=float(engine.num_prefix_cache_queries_total),
+                prefill_sum_s=replica.prefill_s,
+                prefill_count=float(replica.num_prefills),
             )
         # Draining replicas are no longer scraped (not Ready); their step logs are let go.
         for replica in self._live:
@@ -318,33 +375,104 @@ class FleetSimulation:
             scraped_at_s=self._last_scrape_s,
             spec_replicas=spec,
             num_ready=num_ready,
-            num_starting=spec - num_ready,
+            num_starting=len(self._pods()) - num_ready,
             pods=self._last_pods,
             pod_startups_s={
                 r.name: r.ready_s - r.created_s for r in serving if r.ready_s > r.created_s
             },
+            batching={
+                r.name: (r.config.max_num_batched_tokens, r.config.max_num_seqs) for r in serving
+            },
+            rolling_out=bool(self._rollouts) and self._rollouts[-1].finished_s is None,
         )
         choice = policy.decide(view)
         desired = max(self.config.min_replicas, min(self.config.max_replicas, choice.replicas))
         if desired != spec:
             self._events.append(ScaleEvent(now_s, spec, desired, choice.reason))
             self._scale(now_s, spec, desired)
+        if choice.batching is not None:
+            self._retune(now_s, *choice.batching)
+        if self._rollouts and self._rollouts[-1].finished_s is None:
+            self._roll(now_s)
 
     def _scale(self, now_s: float, spec: int, desired: int) -> None:
+        self._desired = desired
         if desired > spec:
             for _ in range(desired - spec):
                 self._new_replica(now_s, now_s + self.config.cold_start_s)
             return
-        # Kubernetes removes pods that are not Ready first, then the newest.
+        # Kubernetes removes pods that are not Ready first; here the old batching's next (a
+        # rollout's old ReplicaSet), then the newest.
         victims = sorted(
-            (r for r in self._live if r.removed_s is None),
-            key=lambda r: (r.ready_s <= now_s, -r.created_s, -r.index),
+            self._pods(),
+            key=lambda r: (r.ready_s <= now_s, r.config is self._template, -r.created_s, -r.index),
         )
         for replica in victims[: spec - desired]:
-            replica.removed_s = now_s
-            if replica.outstanding == 0:
-                replica.ended_s = now_s
+            self._remove(replica, now_s)
         self._live = [r for r in self._live if r.ended_s is None]
+
+    def _remove(self, replica: _Replica, now_s: float) -> None:
+        """Out of the Service's endpoints: it takes no more requests and drains."""
+        replica.removed_s = now_s
+        if replica.outstanding == 0:
+            replica.ended_s = now_s
+
+    def _retune(self, now_s: float, token_budget: int, max_num_seqs: int) -> None:
+        """A new pod template: the engines at another batching, rolled out from now on."""
+        current = self._template
+        if (current.max_num_batched_tokens, current.max_num_seqs) == (token_budget, max_num_seqs):
+            return
+        self._template = replace(
+            current, max_num_batched_tokens=token_budget, max_num_seqs=max_num_seqs
+        )
+        if self._rollouts and self._rollouts[-1].finished_s is None:
+            # A rollout superseded: what it surged so far is its own.
+            self._roll(now_s)
+            self._rollouts[-1] = replace(
+                self._rollouts[-1], finished_s=now_s, surge_gpu_hours=self._surge_gpu_hours()
+            )
+        self._surge_s, self._rolled_to_s = 0.0, now_s
+        self._rollouts.append(
+            Rollout(
+                started_s=now_s,
+                finished_s=None,
+                from_batching=(current.max_num_batched_tokens, current.max_num_seqs),
+                to_batching=(token_budget, max_num_seqs),
+            )
+        )
+        self._roll(now_s)
+
+    def _roll(self, now_s: float) -> None:
+        """One step of the rollout at `now_s`: at most one pod over spec.replicas (maxSurge 1),
+        and an old pod goes only when the Ready pods stay at spec.replicas without it
+        (maxUnavailable 0; one not yet Ready goes at once)."""
+        pods = self._pods()
+        self._surge_s += max(0, len(pods) - self._desired) * (now_s - self._rolled_to_s)
+        self._rolled_to_s = now_s
+        while True:
+            old = [r for r in pods if r.config is not self._template]
+            if not old:
+                rollout = self._rollouts[-1]
+                self._rollouts[-1] = replace(
+                    rollout, finished_s=now_s, surge_gpu_hours=self._surge_gpu_hours()
+                )
+                break
+            ready = [r for r in pods if r.ready_s <= now_s]
+            starting_old = [r for r in old if r.ready_s > now_s]
+            if len(pods) > self._desired and starting_old:
+                self._remove(max(starting_old, key=lambda r: r.created_s), now_s)
+            elif len(pods) > self._desired and len(ready) > self._desired:
+                ready_old = [r for r in old if r.ready_s <= now_s]
+                self._remove(max(ready_old, key=lambda r: r.created_s), now_s)
+            elif len(pods) <= self._desired:
+                self._new_replica(now_s, now_s + self.config.cold_start_s)
+            else:
+                break
+            pods = self._pods()
+        self._live = [r for r in self._live if r.ended_s is None]
+
+    def _surge_gpu_hours(self) -> float:
+        return self._surge_s * self.config.gpus_per_replica / 3600.0
 
     def _drain(self, duration_s: float) -> float:
         """Finish what the engines hold; requests still at the balancer are unserved."""
@@ -390,6 +518,7 @@ class FleetSimulation:
                 tuple(self._series_waiting),
             ),
             notes=tuple(notes),
+            rollouts=tuple(self._rollouts),
             num_prefix_cache_queries=sum(e.num_prefix_cache_queries_total for e in engines),
             num_prefix_cache_hits=sum(e.num_prefix_cache_hits_total for e in engines),
         )

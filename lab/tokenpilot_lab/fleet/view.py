@@ -36,6 +36,10 @@ class FleetView:
     # Each Ready replica the run started (not the opening fleet): seconds from created to
     # Ready, by name, as a pod's creation and Ready times say it.
     pod_startups_s: Mapping[str, float] = field(default_factory=dict)
+    # Each Ready pod's engine batching, (token budget, max_num_seqs), as its args say.
+    batching: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Whether a rollout of a new pod template is under way (the Progressing condition).
+    rolling_out: bool = False
 
     @property
     def total_running(self) -> float:

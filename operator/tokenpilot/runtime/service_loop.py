@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,7 +45,12 @@ from tokenpilot.core.autoscale.loop import (
 )
 from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
 from tokenpilot.core.autoscale.observation import Current, Now
-from tokenpilot.core.autoscale.spec import evaluation_interval_s, policy_from_spec, replica_model
+from tokenpilot.core.autoscale.spec import (
+    evaluation_interval_s,
+    policy_from_spec,
+    replica_model,
+    running_batching,
+)
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.plan_inputs import plan_inputs
 
@@ -187,7 +191,7 @@ class ServiceLoop:
         tuning = service.status.tuning
         if tuning is None or self.profile_of is None:
             return None
-        budget, seqs = running_batching(pods) or (
+        budget, seqs = running_batching(pod.batching for pod in pods) or (
             tuning.max_num_batched_tokens,
             tuning.max_num_seqs,
         )
@@ -275,12 +279,3 @@ class ServiceLoop:
             # A SKU the catalog no longer knows: no cost series rather than a wrong one.
             return tuning.sku, None
         return tuning.sku, profile.hourly_cost_usd * service.spec.gpus_per_replica
-
-
-def running_batching(pods: Sequence[PodEndpoint]) -> tuple[int, int] | None:
-    """The batching most of the Ready pods run (the smaller budget on a tie: the fleet is priced
-    at the capacity it surely has)."""
-    seen = Counter(pod.batching for pod in pods if pod.batching is not None)
-    if not seen:
-        return None
-    return max(seen.items(), key=lambda item: (item[1], -item[0][0]))[0]

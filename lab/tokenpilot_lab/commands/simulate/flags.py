@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tokenpilot.api.model_shape import MODEL_PRESETS
 from tokenpilot.api.units import ITL_P99, TTFT_P99
+from tokenpilot.api.workload import DEFAULT_RETUNE, RetuneMode
 from tokenpilot.commands.tuner_flags import add_tuner_flags
 from tokenpilot.core.tuner import check_engine_slowdown
 from tokenpilot_lab.fleet import DEFAULT_BALANCER, DEFAULT_COLD_START_S, Balancer
@@ -78,7 +79,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget",
         type=int,
-        help="token budget for the tokenpilot policy instead of the tuner's recommendation",
+        help="batching.maxNumBatchedTokens of tokenpilot's spec, instead of the tuner's "
+        "recommendation (and of the +tuned baselines' engines)",
+    )
+    parser.add_argument(
+        "--workload-hints",
+        action="store_true",
+        help="give tokenpilot's spec.workload the trace's own P99 prompt and mean context, as a "
+        "user who knows the traffic would; without it the spec has no hints and the operator "
+        "learns the workload from the engines' metrics",
+    )
+    parser.add_argument(
+        "--retune",
+        choices=[m.value for m in RetuneMode],
+        default=DEFAULT_RETUNE.value,
+        help=f"batching.retune of tokenpilot's spec (default: the API's, {DEFAULT_RETUNE.value})",
     )
     parser.add_argument(
         "--enable-prefix-caching",

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenpilot_lab.fleet import DEFAULT_BALANCER, FleetResult
+from tokenpilot_lab.fleet.results import Rollout
 from tokenpilot_lab.fleet.sizing import Sizing
 from tokenpilot_lab.sim import PROFILE_TRUTH, EngineTruth
 from tokenpilot_lab.workload import (
@@ -41,7 +42,7 @@ def to_json(
     policies: dict[str, object] = {}
     for result in results:
         summary = result.summary()
-        policies[result.policy] = {
+        row: dict[str, object] = {
             "attainment": round(result.attainment, 6),
             "goodput_rps": round(result.goodput_rps, 6),
             "ttft_p50_s": _num(summary["ttft_p50_s"], 6),
@@ -53,6 +54,14 @@ def to_json(
             "scale_events": len(result.scale_events),
             "prefix_cache_hit_rate": _num(result.prefix_cache_hit_rate, 6),
         }
+        policies[result.policy] = row
+        if result.operator is not None:
+            # What the operator was given (its spec's hints, or none), what it learned, and
+            # each re-tune with the rollout it cost.
+            row["operator"] = {
+                **result.operator,
+                "rollouts": [_rollout_json(r) for r in result.rollouts],
+            }
     return {
         "trace": trace.name,
         "requests": trace.num_requests,
@@ -68,6 +77,58 @@ def to_json(
         "prompt_tokens_per_5min_swing": _num(trace.prompt_tokens_swing(SWING_WINDOW_S), 3),
         "policies": policies,
     }
+
+
+def _rollout_json(rollout: Rollout) -> dict[str, object]:
+    return {
+        "started_s": round(rollout.started_s, 3),
+        "finished_s": _num(rollout.finished_s, 3),
+        "from": list(rollout.from_batching),
+        "to": list(rollout.to_batching),
+        "surge_gpu_hours": round(rollout.surge_gpu_hours, 6),
+    }
+
+
+def _operator_lines(result: FleetResult) -> list[str]:
+    """What an operator row knew and did, in words, under the table."""
+    known = result.operator
+    if known is None:
+        return []
+    hints = known.get("hints")
+    lines = [
+        f"spec.workload {hints}" if hints else "no workload hints in the spec",
+    ]
+    workload = known.get("workload")
+    if workload:
+        prompt = workload.get("promptTokens") or {}
+        lines.append(
+            f"learned over the last {workload.get('windowSeconds', 0):g} s: "
+            f"{workload.get('requests', 0):g} requests, prompt mean {prompt.get('mean', '-')} "
+            f"P99 {prompt.get('p99', '-')} tokens, mean context "
+            f"{workload.get('meanContextTokens', '-')}"
+        )
+    costs = known.get("engine_costs")
+    if costs:
+        decode, prefill = costs.get("decodeStep") or {}, costs.get("prefill") or {}
+        lines.append(
+            f"engine costs over the profile's: decode step {decode.get('factor', '-')}x, "
+            f"prefill {prefill.get('factor', '-')}x"
+        )
+    for retune, rollout in zip(known.get("retunes", ()), result.rollouts, strict=False):
+        end = (
+            "still rolling at the end"
+            if rollout.finished_s is None
+            else (f"rolled by {rollout.finished_s:,.0f} s")
+        )
+        lines.append(
+            f"re-tuned at {retune['at_s']:,.0f} s: {retune['from']} -> {retune['to']} "
+            f"(budget, max_num_seqs), {end}, surge {rollout.surge_gpu_hours:.2f} GPU-h"
+        )
+    recommendation = known.get("recommendation")
+    if recommendation:
+        lines.append(f"recommends {recommendation}")
+    lines.append(f"ends on {known.get('batching')} (basis {known.get('basis')})")
+    return lines
 
 
 def _swing_words(trace: Trace) -> str:
@@ -101,8 +162,10 @@ def render_table(
         f"{trace.name}: {trace.num_requests} requests over {trace.duration_s:,.0f} s",
         highlight=False,
     )
+    planned = budgets.get("planned") or budgets["tuned"]
     console.print(
-        f"  token budget: tokenpilot and the +tuned rows {budgets['tuned']}; the others "
+        f"  token budget: tokenpilot opens on {budgets['tuned']} and re-tunes as it learns "
+        f"(retune {budgets.get('retune', 'Auto')}); the +tuned rows {planned}; the others "
         f"vLLM's default {budgets['default']}",
         highlight=False,
     )
@@ -178,6 +241,8 @@ def render_table(
         )
     console.print(table)
     for result in results:
+        for line in _operator_lines(result):
+            console.print(f"  {result.policy}: {line}", highlight=False)
         for note in result.notes:
             console.print(f"  {result.policy}: {note}", highlight=False)
     text = console.export_text()

@@ -11,20 +11,26 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
-from tokenpilot.api.gpu_profile import GPUProfile
-from tokenpilot.api.llmservice import DEFAULT_GPU_MEMORY_UTILIZATION
-from tokenpilot.api.model_shape import ModelShape, model_preset
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.api.model_shape import model_preset
 from tokenpilot.api.vllm_defaults import vllm_batch_defaults
-from tokenpilot.commands.tuner_flags import workload_hints
-from tokenpilot.core.capacity import plan_capacity
-from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
+from tokenpilot.api.workload import WorkloadSpec
+from tokenpilot.core.plan_inputs import with_workload
+from tokenpilot.core.retune import hinted_plan
 from tokenpilot.core.steptime import step_time_model
 from tokenpilot.core.tuner import recommend
+from tokenpilot.core.vllm_metrics import rendered_buckets
 from tokenpilot_lab.commands.simulate.flags import engine_truth, parse_slo
 from tokenpilot_lab.fleet import Balancer, FleetConfig, FleetResult
-from tokenpilot_lab.fleet.compare import contenders, parse_policies, run_contenders
+from tokenpilot_lab.fleet.compare import (
+    OperatorServices,
+    contenders,
+    parse_policies,
+    run_contenders,
+)
 from tokenpilot_lab.fleet.operator import RestartMemory
 from tokenpilot_lab.fleet.results import nearest_rank
+from tokenpilot_lab.fleet.service import ServiceTuning
 from tokenpilot_lab.fleet.sizing import Sizing
 from tokenpilot_lab.sim import EngineConfig, EngineTruth, ScaledPricer, StepTimer
 from tokenpilot_lab.workload import (
@@ -32,37 +38,80 @@ from tokenpilot_lab.workload import (
 )
 
 
-def _tuned(
-    args: argparse.Namespace,
-    trace: Trace,
-    profile: GPUProfile,
-    shape: ModelShape,
-    slo: ServiceLevel,
-) -> tuple[int, int, str]:
-    """The tokenpilot policy's (token budget, max_num_seqs) and where they came from."""
+def _trace_hints(args: argparse.Namespace, trace: Trace) -> WorkloadSpec:
+    """spec.workload as a user who knows this trace would fill it in: its P99 prompt and mean
+    context (a prompt and half its output), within maxModelLen."""
     prompts = sorted(r.num_prompt_tokens for r in trace.requests)
-    contexts = [r.num_prompt_tokens + r.num_output_tokens for r in trace.requests]
-    hints = workload_hints(
-        args,
-        prompt_p99_tokens=min(args.max_model_len, nearest_rank(prompts, 0.99)) if prompts else None,
-        expected_context_tokens=(
-            min(args.max_model_len, max(1, round(sum(contexts) / len(contexts))))
-            if contexts
-            else None
+    contexts = [r.num_prompt_tokens + r.num_output_tokens / 2 for r in trace.requests]
+    longest = args.max_model_len
+    return WorkloadSpec(
+        prompt_tokens_p99=min(longest, nearest_rank(prompts, 0.99)) if prompts else None,
+        mean_context_tokens=(
+            min(longest, max(1, round(sum(contexts) / len(contexts)))) if contexts else None
         ),
-        token_budget=args.budget,
     )
-    decision = recommend(PlanInputs.of(profile, shape, slo, hints)).decision
-    source = "--budget" if args.budget is not None else f"the tuner, {args.profile}"
-    return decision.token_budget, decision.max_num_seqs, source
+
+
+def _service(
+    args: argparse.Namespace,
+    *,
+    budget: int | None = None,
+    seqs: int | None = None,
+    hints: WorkloadSpec | None = None,
+) -> LLMService:
+    """The LLMService a user would write for this run: the model, the GPU, the SLOs, the
+    engine's context and parallelism, the autoscaler's bounds; the batching integers and the
+    workload hints only where given."""
+    ttft_slo_s, itl_slo_s = parse_slo(args.slo)
+    spec: dict[str, object] = {
+        "model": {
+            "name": args.model,
+            "source": f"file:///models/{args.model}",
+            "shape": {"preset": args.model},
+        },
+        "accelerator": {"sku": args.gpu},
+        "engine": {
+            "maxModelLen": args.max_model_len,
+            "tensorParallelSize": args.tensor_parallel_size,
+        },
+        "slo": {"ttftP99": _ms(ttft_slo_s), "itlP99": _ms(itl_slo_s)},
+        "autoscaling": {
+            "enabled": True,
+            "minReplicas": args.min_replicas,
+            "maxReplicas": args.max_replicas,
+        },
+    }
+    batching: dict[str, object] = {"profile": args.profile, "retune": args.retune}
+    if budget is not None:
+        batching["maxNumBatchedTokens"] = budget
+    if seqs is not None:
+        batching["maxNumSeqs"] = seqs
+    spec["batching"] = batching
+    if hints is not None:
+        spec["workload"] = hints.model_dump(by_alias=True, exclude_none=True)
+    return LLMService.model_validate(
+        {
+            "apiVersion": "serving.tokenpilot.dev/v1alpha1",
+            "kind": "LLMService",
+            "metadata": {"name": args.model, "namespace": "simulate", "generation": 1},
+            "spec": spec,
+        }
+    )
+
+
+def _ms(seconds: float) -> str:
+    """A duration as the API writes it (`[0-9]+(.[0-9]+)?ms`)."""
+    return f"{seconds * 1000:.3f}".rstrip("0").rstrip(".") + "ms"
 
 
 @dataclass(frozen=True, slots=True)
 class Setup:
     """What every contender runs on, from the flags and the trace: the fleet's bounds and SLOs,
-    the engines on the tuned and on vLLM's default budget, and the step model pricing them."""
+    the services the operator contenders run and the engines each contender starts on, and
+    the step models pricing them."""
 
     fleet: FleetConfig
+    # The engines tokenpilot opens on: its spec's tuning, as the reconciler first plans it.
     tuned_engine: EngineConfig
     default_engine: EngineConfig
     timer: StepTimer
@@ -71,28 +120,41 @@ class Setup:
     engine_timer: StepTimer
     # The hidden truth the engines run (None: the profile's price), before any slowdown.
     truth: EngineTruth | None = None
+    services: OperatorServices | None = None
+    # The +tuned baselines' engines: the budget `tokenpilot plan` gives for the trace's own
+    # P99 prompt and mean context, as a user who knows their traffic would set it.
+    planned_engine: EngineConfig | None = None
+    planned_from: str = ""
 
 
 def setup(args: argparse.Namespace, trace: Trace) -> Setup:
     ttft_slo_s, itl_slo_s = parse_slo(args.slo)
     profile = load_builtin_catalog().get(args.gpu)
-    shape = model_preset(args.model)
-    tp = args.tensor_parallel_size
-    timer = step_time_model(profile, shape, tp)
-    capacity = plan_capacity(profile, shape, tp, DEFAULT_GPU_MEMORY_UTILIZATION, args.max_model_len)
-    slo = ServiceLevel(itl_p99_s=itl_slo_s, ttft_p99_s=ttft_slo_s)
-    tuned_budget, tuned_seqs, tuned_from = _tuned(args, trace, profile, shape, slo)
+    timer = step_time_model(profile, model_preset(args.model), args.tensor_parallel_size)
+    known = _trace_hints(args, trace)
+    budget = args.budget
+    tokenpilot = _service(args, budget=budget, hints=known if args.workload_hints else None)
+    defaults = vllm_batch_defaults(profile)
+    services = OperatorServices(
+        tokenpilot=tokenpilot,
+        default_budget=_service(args, budget=defaults[0], seqs=defaults[1]),
+        profile=profile,
+    )
+    opening = ServiceTuning.of(tokenpilot, profile)
+    inputs = opening.inputs
+    planned = recommend(with_workload(inputs, hinted_plan(known))).decision
     caching = args.enable_prefix_caching
-    tuned_engine, default_engine = (
+    tuned_engine, default_engine, planned_engine = (
         EngineConfig.planned(
-            capacity,
-            max_num_batched_tokens=budget,
-            max_num_seqs=seqs,
+            inputs.capacity,
+            max_num_batched_tokens=batching[0],
+            max_num_seqs=batching[1],
             enable_prefix_caching=caching,
         )
-        for budget, seqs in (
-            (tuned_budget, tuned_seqs),
-            vllm_batch_defaults(profile),
+        for batching in (
+            opening.batching,
+            defaults,
+            (planned.token_budget, planned.max_num_seqs) if budget is None else opening.batching,
         )
     )
     fleet = FleetConfig(
@@ -101,7 +163,7 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         initial_replicas=args.initial_replicas,
         cold_start_s=args.cold_start,
         scrape_interval_s=args.scrape_interval,
-        gpus_per_replica=tp,
+        gpus_per_replica=args.tensor_parallel_size,
         usd_per_gpu_hour=(
             profile.hourly_cost_usd if args.usd_per_gpu_hour is None else args.usd_per_gpu_hour
         ),
@@ -109,6 +171,10 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         itl_slo_s=itl_slo_s,
         balancer=Balancer(args.balancer),
         balancer_seed=args.seed,
+        # The engines run the buckets the operator renders (core.render).
+        engine_buckets=rendered_buckets(
+            args.max_model_len, itl_p99_slo_s=itl_slo_s, ttft_p99_slo_s=ttft_slo_s
+        ),
     )
     truth = engine_truth(args)
     truth_timer = timer if truth is None else truth.pricer(timer)
@@ -117,7 +183,33 @@ def setup(args: argparse.Namespace, trace: Trace) -> Setup:
         if args.engine_slowdown == 1.0
         else ScaledPricer(truth_timer, args.engine_slowdown)
     )
-    return Setup(fleet, tuned_engine, default_engine, timer, tuned_from, engine_timer, truth)
+    tuned_from = (
+        "--budget"
+        if budget is not None
+        else f"the tuner, {args.profile}, for "
+        + (
+            "the trace's figures (--workload-hints)"
+            if args.workload_hints
+            else "the API's defaults"
+        )
+    )
+    return Setup(
+        fleet,
+        tuned_engine,
+        default_engine,
+        timer,
+        tuned_from,
+        engine_timer,
+        truth,
+        services,
+        planned_engine,
+        planned_from=(
+            "--budget"
+            if budget is not None
+            else f"the tuner, {args.profile}, for the trace's P99 prompt "
+            f"{known.prompt_tokens_p99} and mean context {known.mean_context_tokens}"
+        ),
+    )
 
 
 def run_policies(
@@ -133,8 +225,10 @@ def run_policies(
         fleet,
         tuned_engine=tuned_engine,
         default_engine=default_engine,
+        planned_engine=world.planned_engine,
         timer=timer,
         model_timer=world.timer,
+        services=world.services,
         target_running_per_replica=args.target_running,
         steady_targets=args.baseline_targets == "steady",
         model=args.model,
@@ -164,6 +258,11 @@ def run_policies(
         "balancer": _balancer_line(fleet),
         "tuned": f"{tuned_engine.max_num_batched_tokens} (from {world.tuned_from}), "
         f"max_num_seqs {tuned_engine.max_num_seqs}",
+        "planned": ""
+        if world.planned_engine is None
+        else f"{world.planned_engine.max_num_batched_tokens} (from {world.planned_from}), "
+        f"max_num_seqs {world.planned_engine.max_num_seqs}",
+        "retune": args.retune,
         "default": f"{default_engine.max_num_batched_tokens}, "
         f"max_num_seqs {default_engine.max_num_seqs}",
         "start": ", ".join(

@@ -11,10 +11,12 @@ from tokenpilot_lab.fleet.view import FleetView
 
 @dataclass(frozen=True, slots=True)
 class ScaleChoice:
-    """A policy's answer: the replica count it wants and why, in words."""
+    """A policy's answer: the replica count it wants and why, in words; and the batching the
+    engines are to move to, (token budget, max_num_seqs), when it re-tunes them."""
 
     replicas: int
     reason: str
+    batching: tuple[int, int] | None = None
 
 
 class FleetPolicy(Protocol):

@@ -42,7 +42,7 @@ from tokenpilot.core.autoscale.correction import (
     engine_slowness,
 )
 from tokenpilot.core.autoscale.figures import approx
-from tokenpilot.core.autoscale.observation import Load
+from tokenpilot.core.autoscale.observation import Load, Served
 from tokenpilot.core.roofline import PrefillChunk
 
 # Prefills finished in an interval before their mean prices anything: fewer are one or two
@@ -54,10 +54,16 @@ _MAD_TO_SIGMA = 1.4826
 
 
 class PrefillReading(NamedTuple):
-    """One interval's measured prefill over the model's price of what the chunks add."""
+    """One interval's mean prefill: what it took over the price of its steps' decode part
+    (`excess_s`), beside what the model says its chunks add to those steps (`added_s`)."""
 
     at_s: float
-    factor: float
+    excess_s: float
+    added_s: float
+
+    @property
+    def factor(self) -> float:
+        return self.excess_s / self.added_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,23 @@ class EngineCosts:
         return decode, self.prefill.slowdown
 
 
+def prefill_estimate(readings: Sequence[PrefillReading]) -> TermEstimate | None:
+    """The prefill term over `readings`: their excess over their chunks' price, summed (a
+    ratio of sums: an interval of a few long prompts weighs as much as they took, where a
+    median of each interval's ratio leans with the prompts' skew), and its one-sided 99 %
+    error bound (the ratio estimator's standard error); None with no readings."""
+    if not readings:
+        return None
+    total_added = sum(r.added_s for r in readings)
+    factor = sum(r.excess_s for r in readings) / total_added
+    n = len(readings)
+    if n < 2:
+        return TermEstimate(factor, math.inf, n)
+    residuals = sum((r.excess_s - factor * r.added_s) ** 2 for r in readings)
+    error = math.sqrt(residuals / (n * (n - 1))) / (total_added / n)
+    return TermEstimate(max(0.0, factor), _BOUND_Z * error, n)
+
+
 def estimate(values: Sequence[float]) -> TermEstimate | None:
     """The median of `values` and its one-sided 99 % error bound; None with no values."""
     if not values:
@@ -122,29 +145,72 @@ def prefill_reading(
     ):
         return None
     measured_s = served.prefill_sum_s / served.prefill_count
-    prompt = load.computed_prompt_tokens / served.prefill_count
     step_s = load.itl_sum_s / load.num_itl_gaps
     decodes = math.ceil(load.num_output_tokens / (load.interval_s * load.num_pods) * step_s)
     room = model.token_budget - decodes
-    if room <= 0 or prompt < 1 or not measured_s > 0:
+    mean_tokens = _mean_computed_tokens(load)
+    if room <= 0 or mean_tokens < 1 or not measured_s > 0:
         return None
     context = math.ceil(decodes * max(1.0, mix.mean_prompt_tokens + mix.mean_output_tokens / 2))
     alone_s = model.pricer.iteration_s(decodes, context)
-    whole, rest = divmod(round(prompt), room)
-    added_s = 0.0
-    if whole:
-        # The whole chunks priced once, at the prompt computed before the middle one: a chunk's
-        # attention grows with what came before it.
-        middle = PrefillChunk(room, whole * room // 2)
-        added_s += whole * (model.pricer.iteration_s(decodes, context, (middle,)) - alone_s)
-    if rest:
-        last = PrefillChunk(rest, whole * room)
-        added_s += model.pricer.iteration_s(decodes, context, (last,)) - alone_s
-    steps = whole + (1 if rest else 0)
+    # How often a prefill starts beside another's last chunk (Little's law on the measured
+    # time: the share of time a prefill is under way): it is scheduled in what that chunk
+    # leaves of the room, on average half of it, so its span carries those tokens too.
+    beside = min(1.0, served.prefill_count / (load.interval_s * load.num_pods) * measured_s)
+    steps = added_s = 0.0
+    for tokens, weight in _prompt_points(served, mean_tokens):
+        span = tokens + beside * room / 2
+        whole, rest = divmod(round(span), room)
+        if whole:
+            # The whole chunks priced once, at the prompt computed before the middle one: a
+            # chunk's attention grows with what came before it.
+            middle = PrefillChunk(room, whole * room // 2)
+            added_s += (
+                weight * whole * (model.pricer.iteration_s(decodes, context, (middle,)) - alone_s)
+            )
+        if rest:
+            last = PrefillChunk(rest, whole * room)
+            added_s += weight * (model.pricer.iteration_s(decodes, context, (last,)) - alone_s)
+        steps += weight * (whole + (1 if rest else 0))
     if not added_s > 0:
         return None
-    factor = (measured_s - steps * decode_factor * alone_s) / added_s
-    return PrefillReading(at_s, max(0.0, factor)) if math.isfinite(factor) else None
+    # Under the decode part's price it is no slower than that: nothing left for the chunks.
+    excess_s = max(0.0, measured_s - steps * decode_factor * alone_s)
+    return PrefillReading(at_s, excess_s, added_s) if math.isfinite(excess_s) else None
+
+
+def _mean_computed_tokens(load: Load) -> float:
+    """The mean prompt tokens a prefill of the interval computed: the prompt-length
+    histogram's (the same finished requests as the prefill times), less the prefix cache's
+    share of the prompt tokens; the counters' where the engines export no histogram."""
+    served, lengths = load.served, load.served.prompt_lengths
+    if lengths is None or lengths.num_requests <= 0:
+        return load.computed_prompt_tokens / served.prefill_count
+    computed = (
+        load.computed_prompt_tokens / load.num_prompt_tokens if load.num_prompt_tokens > 0 else 1.0
+    )
+    return lengths.total_tokens / lengths.num_requests * computed
+
+
+def _prompt_points(served: Served, mean_tokens: float) -> list[tuple[float, float]]:
+    """The interval's prompts as (tokens computed, share of the prefills): each bucket of the
+    prompt-length histogram at its middle, scaled so the mean is the counters' exact one (the
+    prefix cache's hits excluded); the mean alone where the engines export no histogram."""
+    lengths = served.prompt_lengths
+    if lengths is None or lengths.num_requests <= 0:
+        return [(mean_tokens, 1.0)]
+    points: list[tuple[float, float]] = []
+    lower, below = 0.0, 0.0
+    for bound, cumulative in lengths.buckets:
+        count = cumulative - below
+        if count > 0:
+            middle = lower * 1.05 if math.isinf(bound) else (lower + bound) / 2
+            points.append((middle, count / lengths.num_requests))
+        lower, below = bound, cumulative
+    mean = sum(tokens * weight for tokens, weight in points)
+    if not mean > 0:
+        return [(mean_tokens, 1.0)]
+    return [(tokens * mean_tokens / mean, weight) for tokens, weight in points]
 
 
 def engine_pace(model: ReplicaModel, costs: EngineCosts, lookback_s: float) -> EnginePace:

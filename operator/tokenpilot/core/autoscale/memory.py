@@ -49,7 +49,7 @@ SNAPSHOT_EVERY_S = 60.0
 _LOAD_FIELDS = ("age_s", "interval_s", "prompt_tokens", "output_tokens", "requests", "waiting")
 _JUMP_FIELDS = ("age_s", "ratio", "requests")
 _PACE_FIELDS = ("age_s", "over_alone", "chunk_term")
-_PREFILL_FIELDS = ("age_s", "factor")
+_PREFILL_FIELDS = ("age_s", "excess_s", "added_s")
 
 
 class InvalidMemory(ValueError):
@@ -66,7 +66,7 @@ def snapshot(state: ServiceState, now: Now) -> dict[str, Any] | None:
         "writtenAt": now.wall,
         **demand.snapshot(now.monotonic_s),
         "paceReadings": state.pace.snapshot(now.monotonic_s),
-        "prefillReadings": state.pace.prefill_snapshot(now.monotonic_s),
+        "prefillSteps": state.pace.prefill_snapshot(now.monotonic_s),
     }
 
 
@@ -106,7 +106,7 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
         now_s=now.monotonic_s,
         aged_s=aged_s,
         lookback_s=span.lookback_s,
-        prefill_rows=_rows(memory, "prefillReadings", _PREFILL_FIELDS),
+        prefill_rows=_rows(memory, "prefillSteps", _PREFILL_FIELDS),
     )
     return replace(state, demand=demand, pace=pace)
 

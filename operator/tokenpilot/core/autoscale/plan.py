@@ -26,12 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tokenpilot.core.autoscale.capacity import ReplicaModel
-from tokenpilot.core.autoscale.correction import PaceReading, measured_pace, pace_reading
+from tokenpilot.core.autoscale.correction import (
+    MIN_STEP_SAMPLES,
+    PaceReading,
+    measured_pace,
+    pace_reading,
+)
 from tokenpilot.core.autoscale.costs import (
     EngineCosts,
     PrefillReading,
     TermEstimate,
     estimate,
+    prefill_estimate,
     prefill_reading,
 )
 from tokenpilot.core.autoscale.demand import (
@@ -252,7 +258,11 @@ class PaceMemory:
             prefills = tuple(r for r in prefills if r.at_s > at_s - lookback_s)
         if counted is not None and model is not None and demand.outlook is not None:
             mix = demand.outlook.demand
-            reading = pace_reading(model, counted, mix, at_s)
+            # The chunks the decodes meet priced at the prefill term measured so far, so a
+            # slow prefill is not read as slow decodes.
+            prefill_pace = _prefill_pace(self.costs)
+            priced = model if prefill_pace == 1.0 else model.priced_at(1.0, prefill_pace)
+            reading = pace_reading(priced, counted, mix, at_s)
             if reading is not None:
                 readings = (*readings, reading)
             prefill = prefill_reading(model, counted, mix, _decode_pace(readings), at_s)
@@ -270,7 +280,7 @@ class PaceMemory:
             decode = TermEstimate(
                 pace, 0.0 if spread is None else spread.uncertainty, len(readings)
             )
-        costs = EngineCosts(decode, estimate([r.factor for r in prefills]))
+        costs = EngineCosts(decode, prefill_estimate(prefills))
         return PaceMemory(tuple(readings), pace, tuple(prefills), costs)
 
     def snapshot(self, now_s: float) -> list[list[float]]:
@@ -280,7 +290,10 @@ class PaceMemory:
         ]
 
     def prefill_snapshot(self, now_s: float) -> list[list[float]]:
-        return [[_age(now_s, r.at_s), _figure(r.factor)] for r in self.prefill_readings]
+        return [
+            [_age(now_s, r.at_s), _figure(r.excess_s), _figure(r.added_s)]
+            for r in self.prefill_readings
+        ]
 
     @staticmethod
     def restore(
@@ -299,11 +312,20 @@ class PaceMemory:
             if aged_s + age_s < lookback_s
         )
         prefills = sorted(
-            PrefillReading(now_s - aged_s - age_s, factor)
-            for age_s, factor in prefill_rows
-            if aged_s + age_s < lookback_s
+            PrefillReading(now_s - aged_s - age_s, excess_s, added_s)
+            for age_s, excess_s, added_s in prefill_rows
+            if aged_s + age_s < lookback_s and added_s > 0
         )
         return PaceMemory.of(readings, prefills)
+
+
+def _prefill_pace(costs: EngineCosts) -> float:
+    """The prefill term's pace so far, once it rests on `MIN_STEP_SAMPLES` readings and is
+    slower than the profile (1 until then)."""
+    prefill = costs.prefill
+    if prefill is None or prefill.readings < MIN_STEP_SAMPLES:
+        return 1.0
+    return max(1.0, prefill.factor)
 
 
 def _decode_pace(readings: Sequence[PaceReading]) -> float:

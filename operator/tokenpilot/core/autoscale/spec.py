@@ -3,6 +3,9 @@ the step model prices it."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 from tokenpilot.api.llmservice import LLMServiceSpec
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
@@ -30,6 +33,16 @@ def replica_model(inputs: PlanInputs, token_budget: int, max_num_seqs: int) -> R
         itl_slo_s=inputs.slo.itl_p99_s,
         ttft_slo_s=inputs.slo.ttft_p99_s,
     )
+
+
+def running_batching(batchings: Iterable[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The (budget, max_num_seqs) most of the Ready pods run, from each pod's (None: not
+    known); the smaller budget on a tie, so the fleet is priced at the capacity it surely has.
+    During a re-tune's rollout the budget coming is not yet the one most engines run."""
+    seen = Counter(b for b in batchings if b is not None)
+    if not seen:
+        return None
+    return max(seen.items(), key=lambda item: (item[1], -item[0][0]))[0]
 
 
 def policy_from_spec(spec: LLMServiceSpec, model: ReplicaModel | None = None) -> AutoscalePolicy:
