@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, Observation
 from tokenpilot.core.autoscale.demand import Forecast
-from tokenpilot.core.autoscale.plan import DemandMemory, PaceMemory, need
+from tokenpilot.core.autoscale.pace import PaceMemory
+from tokenpilot.core.autoscale.plan import DemandMemory, need
 
 
 def sized(

@@ -32,7 +32,7 @@ from tokenpilot.core.autoscale.costs import EngineCosts, engine_pace
 from tokenpilot.core.autoscale.loop import Action, ApplyStatus, PostEvent, ServiceState, step
 from tokenpilot.core.autoscale.memory import restore, snapshot
 from tokenpilot.core.autoscale.observation import Current, Load, Now
-from tokenpilot.core.autoscale.plan import PaceMemory
+from tokenpilot.core.autoscale.pace import PaceMemory
 from tokenpilot.core.autoscale.window import EngineSample, PodScrapes, observe_scrapes
 from tokenpilot.core.roofline import ScaledPricer
 

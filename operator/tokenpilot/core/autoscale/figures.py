@@ -23,3 +23,13 @@ def approx(value: float, digits: int = 2) -> str:
     rounded = float(f"{value:.{digits}g}")
     places = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
     return f"{rounded:,.{places}f}"
+
+
+def seconds_ago(now_s: float, at_s: float) -> float:
+    """How long before `now_s` a reading was taken, to the millisecond (never negative)."""
+    return round(max(0.0, now_s - at_s), 3)
+
+
+def snapshot_figure(value: float) -> float:
+    """Six significant digits: the counters' increments are read no finer."""
+    return float(f"{value:.6g}")

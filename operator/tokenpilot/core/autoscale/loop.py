@@ -36,9 +36,9 @@ from tokenpilot.core.autoscale.algorithm import Evidence, decide
 from tokenpilot.core.autoscale.costs import engine_pace
 from tokenpilot.core.autoscale.decision import Decision
 from tokenpilot.core.autoscale.observation import Current, History, Now, Observation
+from tokenpilot.core.autoscale.pace import PaceMemory
 from tokenpilot.core.autoscale.plan import (
     DemandMemory,
-    PaceMemory,
     StartupMemory,
     forecast_span,
     load_point,
@@ -114,7 +114,7 @@ def step(
     pace = state.pace.add(
         policy.replica_model,
         None if point is None else observation.load,
-        demand,
+        demand.outlook,
         at_s=observation.observed_at_s,
         lookback_s=span.lookback_s,
     )

@@ -33,7 +33,8 @@ from typing import Any
 
 from tokenpilot.core.autoscale.loop import ServiceState
 from tokenpilot.core.autoscale.observation import Now
-from tokenpilot.core.autoscale.plan import DemandMemory, PaceMemory, forecast_span
+from tokenpilot.core.autoscale.pace import PaceMemory
+from tokenpilot.core.autoscale.plan import DemandMemory, forecast_span
 
 SCHEMA = "serving.tokenpilot.dev/autoscaler-memory/v1"
 # The longest a standby takes over from a leader that died (docs/reliability.md, the takeover

@@ -4,14 +4,12 @@ and the fleet the step model says the forecast needs.
 `StartupMemory` holds how long the service's replicas took from created to Ready, as the
 cluster reports them: the forecast's horizon is the slowest of the recent ones (a replica
 asked for now serves only once it has started), and until one has been seen, the policy's
-start-up. Two memories of the load, each a frozen value with `add` (one evaluation's reading),
-`snapshot` and `restore` (core.autoscale.memory writes them for a later process; the start-ups
-are read again from the pods a new process finds):
-
-- `DemandMemory`: each interval's counted load over the lookback, the jumps over the forecast
-  in force (kept for the records' hour) and the forecast they give (core.autoscale.demand).
-- `PaceMemory`: each interval's reading of the engines' mean step against the model's price,
-  over the lookback, and the pace they give (core.autoscale.correction).
+start-up. `DemandMemory` is each interval's counted load over the lookback, the jumps over the
+forecast in force (kept for the records' hour) and the forecast they give
+(core.autoscale.demand): a frozen value with `add` (one evaluation's reading), `snapshot` and
+`restore` (core.autoscale.memory writes it for a later process; the start-ups are read again
+from the pods a new process finds). The engines' pace is remembered beside it
+(core.autoscale.pace).
 
 `need` prices the forecast with the replica model, slowed by the measured pace where the
 engines run slower than priced, and keeps up with a burst as tall as the service's records:
@@ -23,23 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from tokenpilot.core.autoscale.capacity import ReplicaModel
-from tokenpilot.core.autoscale.correction import (
-    MIN_STEP_SAMPLES,
-    PaceReading,
-    measured_pace,
-    pace_reading,
-)
-from tokenpilot.core.autoscale.costs import (
-    EngineCosts,
-    PrefillReading,
-    TermEstimate,
-    estimate,
-    prefill_estimate,
-    prefill_reading,
-)
 from tokenpilot.core.autoscale.demand import (
     MAX_MEMORY_S,
     Forecast,
@@ -51,8 +34,9 @@ from tokenpilot.core.autoscale.demand import (
     remember,
     remember_jump,
 )
-from tokenpilot.core.autoscale.figures import approx
-from tokenpilot.core.autoscale.observation import Load, Observation
+from tokenpilot.core.autoscale.figures import approx, seconds_ago, snapshot_figure
+from tokenpilot.core.autoscale.observation import Observation
+from tokenpilot.core.autoscale.pace import PaceMemory
 from tokenpilot.core.autoscale.policy import METRICS_WINDOW_S, AutoscalePolicy
 
 # The jumps at or under the forecast are kept as one per this many seconds in a snapshot: they
@@ -173,14 +157,14 @@ class DemandMemory:
         return {
             "load": [
                 [
-                    _age(now_s, p.at_s),
-                    *map(_figure, (p.interval_s, p.prompt_tokens, p.output_tokens)),
-                    *map(_figure, (p.requests, p.waiting)),
+                    seconds_ago(now_s, p.at_s),
+                    *map(snapshot_figure, (p.interval_s, p.prompt_tokens, p.output_tokens)),
+                    *map(snapshot_figure, (p.requests, p.waiting)),
                 ]
                 for p in self.load
             ],
             "jumps": [
-                [_age(now_s, j.at_s), _figure(j.ratio), _figure(j.requests)]
+                [seconds_ago(now_s, j.at_s), snapshot_figure(j.ratio), snapshot_figure(j.requests)]
                 for j in _compact(self.jumps)
             ],
         }
@@ -227,111 +211,6 @@ def _forecast(
     load: Sequence[LoadPoint], jumps: Sequence[Jump], span: ForecastSpan
 ) -> Forecast | None:
     return forecast(load, horizon_s=span.horizon_s, attainment=span.attainment, jumps=jumps)
-
-
-@dataclass(frozen=True, slots=True)
-class PaceMemory:
-    """The engines' steps against the step model's price, in each interval of the lookback
-    that priced one: the decodes' mean step (core.autoscale.correction) and the prefills' mean
-    time (core.autoscale.costs); the single pace and both terms they give (None until
-    measured)."""
-
-    readings: tuple[PaceReading, ...] = ()
-    pace: float | None = None
-    prefill_readings: tuple[PrefillReading, ...] = ()
-    costs: EngineCosts = field(default_factory=EngineCosts)
-
-    def add(
-        self,
-        model: ReplicaModel | None,
-        counted: Load | None,
-        demand: DemandMemory,
-        *,
-        at_s: float,
-        lookback_s: float,
-    ) -> PaceMemory:
-        """This memory with the interval `counted` priced at the forecast's mix (where a model
-        prices it), the readings older than the lookback forgotten when one was counted."""
-        readings, prefills = self.readings, self.prefill_readings
-        if counted is not None:
-            readings = tuple(r for r in readings if r.at_s > at_s - lookback_s)
-            prefills = tuple(r for r in prefills if r.at_s > at_s - lookback_s)
-        if counted is not None and model is not None and demand.outlook is not None:
-            mix = demand.outlook.demand
-            # The chunks the decodes meet priced at the prefill term measured so far, so a
-            # slow prefill is not read as slow decodes.
-            prefill_pace = _prefill_pace(self.costs)
-            priced = model if prefill_pace == 1.0 else model.priced_at(1.0, prefill_pace)
-            reading = pace_reading(priced, counted, mix, at_s)
-            if reading is not None:
-                readings = (*readings, reading)
-            prefill = prefill_reading(model, counted, mix, _decode_pace(readings), at_s)
-            if prefill is not None:
-                prefills = (*prefills, prefill)
-        return PaceMemory.of(readings, prefills)
-
-    @staticmethod
-    def of(readings: Sequence[PaceReading], prefills: Sequence[PrefillReading] = ()) -> PaceMemory:
-        """The memory of these readings, with the pace and the terms they give."""
-        pace = measured_pace(readings)
-        decode = None
-        if pace is not None:
-            spread = estimate([r.over_alone - (r.over_alone - pace) for r in readings])
-            decode = TermEstimate(
-                pace, 0.0 if spread is None else spread.uncertainty, len(readings)
-            )
-        costs = EngineCosts(decode, prefill_estimate(prefills))
-        return PaceMemory(tuple(readings), pace, tuple(prefills), costs)
-
-    def snapshot(self, now_s: float) -> list[list[float]]:
-        return [
-            [_age(now_s, r.at_s), _figure(r.over_alone), _figure(r.chunk_term)]
-            for r in self.readings
-        ]
-
-    def prefill_snapshot(self, now_s: float) -> list[list[float]]:
-        return [
-            [_age(now_s, r.at_s), _figure(r.excess_s), _figure(r.added_s)]
-            for r in self.prefill_readings
-        ]
-
-    @staticmethod
-    def restore(
-        rows: Sequence[Sequence[float]],
-        *,
-        now_s: float,
-        aged_s: float,
-        lookback_s: float,
-        prefill_rows: Sequence[Sequence[float]] = (),
-    ) -> PaceMemory:
-        """The readings of `snapshot`'s rows, each `aged_s` older than written; they live as
-        long as the forecast's load, not the records' hour."""
-        readings = sorted(
-            PaceReading(now_s - aged_s - age_s, over_alone, chunk_term)
-            for age_s, over_alone, chunk_term in rows
-            if aged_s + age_s < lookback_s
-        )
-        prefills = sorted(
-            PrefillReading(now_s - aged_s - age_s, excess_s, added_s)
-            for age_s, excess_s, added_s in prefill_rows
-            if aged_s + age_s < lookback_s and added_s > 0
-        )
-        return PaceMemory.of(readings, prefills)
-
-
-def _prefill_pace(costs: EngineCosts) -> float:
-    """The prefill term's pace so far, once it rests on `MIN_STEP_SAMPLES` readings and is
-    slower than the profile (1 until then)."""
-    prefill = costs.prefill
-    if prefill is None or prefill.readings < MIN_STEP_SAMPLES:
-        return 1.0
-    return max(1.0, prefill.factor)
-
-
-def _decode_pace(readings: Sequence[PaceReading]) -> float:
-    """The decode term's pace so far, for pricing the prefills' decode part (1 until known)."""
-    pace = measured_pace(readings)
-    return 1.0 if pace is None else max(1.0, pace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,12 +324,3 @@ def _compact(jumps: Sequence[Jump]) -> list[Jump]:
             else Jump(max(seen.at_s, j.at_s), max(seen.ratio, j.ratio), seen.requests + j.requests)
         )
     return sorted([*kept, *buckets.values()], key=lambda j: j.at_s)
-
-
-def _age(now_s: float, at_s: float) -> float:
-    return round(max(0.0, now_s - at_s), 3)
-
-
-def _figure(value: float) -> float:
-    """Six significant digits: the counters' increments are read no finer."""
-    return float(f"{value:.6g}")
