@@ -78,6 +78,9 @@ class LoadPlan:
     # Arrivals: "poisson" (exponential gaps from `seed`) or "even" (one every 1 / rate, the
     # first half a gap in): the same mean, with none of a Poisson stream's clusters.
     arrivals: str = "poisson"
+    # Whether each prompt opens with its own tokens, so no two share a prefix-cache block and
+    # every prompt token is prefilled (False: the same prompt each time, served from the cache).
+    distinct_prompts: bool = False
 
     def check(self) -> None:
         if not self.phases:
@@ -233,6 +236,7 @@ class LoadGenerator:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.started_at: float | None = None
+        self._num_prompts = 0
 
     def elapsed_s(self) -> float:
         return 0.0 if self.started_at is None else self._clock() - self.started_at
@@ -323,7 +327,7 @@ class LoadGenerator:
             return
         record.endpoint = endpoint
         body: dict[str, object] = {
-            "prompt": [_PROMPT_TOKEN_ID] * phase.num_prompt_tokens,
+            "prompt": self._prompt(phase.num_prompt_tokens),
             "max_tokens": phase.max_tokens,
             "stream": True,
             # Real vLLM: generate exactly max_tokens so every request weighs what the plan says.
@@ -342,6 +346,18 @@ class LoadGenerator:
             raise
         finally:
             self.balancer.release(endpoint)
+
+    def _prompt(self, num_tokens: int) -> list[int]:
+        if not self.plan.distinct_prompts:
+            return [_PROMPT_TOKEN_ID] * num_tokens
+        # The request's number in base 1,000 as its first tokens (ids 1,001 to 2,000).
+        self._num_prompts += 1
+        head: list[int] = []
+        n = self._num_prompts
+        while n and len(head) < num_tokens:
+            head.append(_PROMPT_TOKEN_ID + 1 + n % 1000)
+            n //= 1000
+        return head + [_PROMPT_TOKEN_ID] * (num_tokens - len(head))
 
     async def _stream(
         self, client: httpx.AsyncClient, url: str, body: dict[str, object], record: RequestRecord

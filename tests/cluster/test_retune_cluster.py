@@ -4,8 +4,9 @@ engines serve and re-tunes its token budget to them.
 Three engine-simulator pods time steps like an L40S (the L40S pool has four GPUs: room for the
 rollout's one surged replica). The service has no `spec.workload`, so the tuner first plans for
 the API's defaults (1,536-token prompts); the load sends prompts of 5,120 and 7,168 tokens in
-turn, about four times that. Once the engines' own histograms hold `MIN_REQUESTS` requests,
-`status.workload` reports what they served and the tuner's answer for it is the candidate:
+turn, about four times that, each with its own first tokens so the prefix cache finds nothing.
+Once the engines' own histograms hold `MIN_REQUESTS` requests, `status.workload` reports what
+they served and the tuner's answer for it is the candidate:
 
 - with `retune: Advise` the candidate is published in `status.tuning.recommendation` and no
   engine restarts;
@@ -38,7 +39,7 @@ NAME = "llama-8b-l40s"
 REPLICAS = 3
 PROMPTS = (5120, 7168)  # mean 6,144: four times the API's default of 1,536
 OUTPUT_TOKENS = 8
-RATE_PER_S = 1.5  # about two thirds of what three engines prefill at the opening budget
+RATE_PER_S = 1.2  # about two thirds of what three engines prefill at the opening budget
 PHASE_S = 5.0
 
 
@@ -107,7 +108,14 @@ class Load:
         )
         self.balancer = Balancer(ready_endpoints(client, namespace))
         self.generator = LoadGenerator(
-            LoadPlan(phases, request_timeout_s=60.0, drain_timeout_s=60.0, seed=7), self.balancer
+            LoadPlan(
+                phases,
+                request_timeout_s=60.0,
+                drain_timeout_s=60.0,
+                seed=7,
+                distinct_prompts=True,
+            ),
+            self.balancer,
         )
         self.result: LoadResult | None = None
         self._client, self._namespace = client, namespace

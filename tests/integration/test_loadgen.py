@@ -235,3 +235,13 @@ def test_load_command_refuses_bad_input_with_exit_2(args: list[str], fragment: s
     done = _cli(*args)
     assert done.returncode == 2
     assert fragment in done.stderr
+
+
+def test_distinct_prompts_keep_their_length_and_share_no_first_block() -> None:
+    plan = LoadPlan(phases=(LoadPhase("p", 1.0, 1.0, 64, 8),), distinct_prompts=True)
+    generator = LoadGenerator(plan, Balancer())
+    prompts = [generator._prompt(64) for _ in range(2500)]
+    assert {len(p) for p in prompts} == {64}
+    assert len({tuple(p[:16]) for p in prompts}) == len(prompts)
+    same = LoadGenerator(LoadPlan(phases=plan.phases), Balancer())
+    assert same._prompt(64) == same._prompt(64)
