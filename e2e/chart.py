@@ -68,3 +68,9 @@ def install_monitoring_crds(kubeconfig: Path) -> None:
             kubeconfig=kubeconfig,
         )
     )
+
+
+def lease_pod(holder: str) -> str:
+    """The pod named in a Lease's holderIdentity (`<pod name>_<suffix drawn at start>`; pod
+    names have no underscore)."""
+    return holder.split("_", 1)[0]

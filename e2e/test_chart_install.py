@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from chart import CHART, REPO, install_monitoring_crds, must, run
+from chart import CHART, REPO, install_monitoring_crds, lease_pod, must, run
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
 
@@ -114,7 +114,7 @@ RESTRICTED = (
 def leader_pod(release: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
     """The operator replica holding the release's Lease (the one that reconciles and scales)."""
     lease = get_json("lease", f"{release}-tokenpilot", namespace, kubeconfig) or {}
-    holder = (lease.get("spec") or {}).get("holderIdentity")
+    holder = lease_pod((lease.get("spec") or {}).get("holderIdentity") or "")
     pods = operator_pods(release, namespace, kubeconfig)
     return next((p for p in pods if p["metadata"]["name"] == holder and is_ready(p)), None)
 
