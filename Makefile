@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TP := $(BIN)/tokenpilot
 PYTEST_ARGS ?=
 
-.PHONY: venv tools system-deps engine-deps images lint test test-unit test-cluster test-engine demo clean
+.PHONY: venv tools system-deps engine-deps images kind lint test test-unit test-cluster test-engine demo clean
 
 # The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
 # both editable: the one `tokenpilot` command then offers every subcommand. Every dependency is
@@ -38,6 +38,13 @@ system-deps:
 # with debootstrap; no image registry. Unchanged inputs reuse podman's layer cache.
 images: system-deps
 	hack/build-images.sh
+
+# kind with podman on this machine (no Docker, no registry): kubeadm, kubelet, kube-proxy,
+# CoreDNS and kind built beside the dev cluster's binaries in the per-user cache, and a kind
+# node image assembled from Debian packages, kind's base files and those binaries, in kind's
+# own podman storage. A second run builds nothing.
+kind: venv tools system-deps
+	$(TP) kind build
 
 # The CPU build of real vLLM in its own virtualenv, for the `engine` tier.
 engine-deps:
