@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TP := $(BIN)/tokenpilot
 PYTEST_ARGS ?=
 
-.PHONY: venv tools system-deps engine-deps images kind lint test test-unit test-cluster test-engine demo clean
+.PHONY: venv tools system-deps engine-deps images kind lint test test-unit test-kind test-cluster test-engine demo clean
 
 # The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
 # both editable: the one `tokenpilot` command then offers every subcommand. Every dependency is
@@ -59,8 +59,14 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-test: venv tools system-deps engine-deps images lint
+# The kind tier: the e2e suite on a kind cluster made here with podman, created and deleted.
+test-kind: venv tools system-deps images kind
+	e2e/run-kind.sh --provider podman
+
+# Every tier; the kind tier last, after the image tier (e2e/test_images.py) has passed.
+test: venv tools system-deps engine-deps images kind lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	e2e/run-kind.sh --provider podman
 
 demo: venv tools
 	$(TP) demo
