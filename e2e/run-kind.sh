@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The e2e suite on a kind cluster: real kubelets, containerd, a CNI, kube-proxy and CoreDNS.
 #
-# Usage: e2e/run-kind.sh [--provider docker|podman] [--keep] [--cpu-engine] [-- PYTEST ARGS]
+# Usage: e2e/run-kind.sh [--provider docker|podman] [--keep] [--reuse] [--name NAME]
+#                        [--cpu-engine] [-- PYTEST ARGS]
 #
 # Providers (one script, the same steps after the cluster exists):
 #   docker  Docker and the published kindest/node image named in e2e/kind.yaml, pulled from
@@ -25,6 +26,8 @@
 # Options:
 #   --provider P   docker or podman (see above)
 #   --keep         leave the cluster running afterwards (deleted by default, also on failure)
+#   --reuse        use a cluster of the same name if one exists (one kept by --keep); without
+#                  it such a cluster is deleted first, so every run starts from a new cluster
 #   --cpu-engine   docker only: also build the CPU vLLM image (slow: torch and vLLM wheels)
 #   --name NAME    cluster name (default: tokenpilot-e2e)
 #   -h, --help     this text
@@ -39,6 +42,7 @@ die() { say "$*"; exit 1; }
 
 provider=""
 keep=0
+reuse=0
 cpu_engine=0
 cluster=tokenpilot-e2e
 while [ $# -gt 0 ]; do
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --provider) provider="${2:-}"; shift ;;
     --provider=*) provider="${1#*=}" ;;
     --keep) keep=1 ;;
+    --reuse) reuse=1 ;;
     --cpu-engine) cpu_engine=1 ;;
     --name) cluster="${2:-}"; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -144,6 +149,11 @@ cleanup() {
       say "containers left in kind's podman storage after delete: $left"
       rc=1
     fi
+    # The network's DNS server (dnsmasq, from the dnsname plugin) stops with its last container.
+    if pgrep -f "cni/dnsname/kind/" >/dev/null; then
+      say "the kind network's dnsmasq is still running after delete"
+      rc=1
+    fi
   else
     left="$(node_containers)"
     [ -z "$left" ] || { say "node containers left after delete: $left"; rc=1; }
@@ -154,8 +164,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if "$kind" get clusters 2>/dev/null | grep -qx "$cluster"; then
-  say "cluster $cluster exists (an earlier --keep run?): using it"
+exists=0
+"$kind" get clusters 2>/dev/null | grep -qx "$cluster" && exists=1
+if [ "$exists" -eq 1 ] && [ "$reuse" -eq 0 ]; then
+  say "cluster $cluster exists (left by an earlier run): deleting it to start afresh (--reuse keeps it)"
+  "$kind" delete cluster --name "$cluster" >&2
+  exists=0
+fi
+if [ "$exists" -eq 1 ]; then
+  say "cluster $cluster exists: using it (--reuse)"
 else
   create=(create cluster --config "$config" --name "$cluster")
   [ -n "$node_image" ] && create+=(--image "$node_image")
