@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tokenpilot_lab.devcluster import build as gobuild
 from tokenpilot_lab.devcluster.errors import DevClusterError
-from tokenpilot_lab.kind import network, nodeimage
+from tokenpilot_lab.kind import network, nodebuild
 from tokenpilot_lab.kind.errors import KindError, KindNetworkError
 from tokenpilot_lab.kind.podman import KindPodman
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    report = nodeimage.build(force=args.force, progress=_say)
+    report = nodebuild.build(force=args.force, progress=_say)
     for result in report.go:
         what = "built" if result.built else "cached"
         _say(f"{result.component.key:<26} {what:<7} {result.seconds:6.0f} s")
@@ -72,8 +72,8 @@ def _build(args: argparse.Namespace) -> int:
 def _env(args: argparse.Namespace) -> int:
     config = KindPodman.default()
     config.write()
-    tag = nodeimage.built_tag()
-    kind = nodeimage.kind_binary()
+    tag = nodebuild.built_tag()
+    kind = nodebuild.kind_binary()
     if not MODULES_DIR.exists():
         # An empty directory serves: nothing on a kind node loads kernel modules here.
         MODULES_DIR.mkdir(parents=True)

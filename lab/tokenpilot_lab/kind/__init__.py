@@ -3,9 +3,9 @@ podman environment kind runs in, and the pod network the nodes get after creatio
 
 - `versions`: what is built (kubeadm, kubelet, kube-proxy, CoreDNS, kind) beside the dev
   cluster's control-plane binaries, in the same per-user cache.
-- `nodeimage`: a kind node image assembled from Debian packages, kind's own base files (taken
-  from the `sigs.k8s.io/kind` module download at build time) and those binaries; `plan` is
-  pure, `build` does the I/O.
+- `nodeimage` (the plan, pure) and `nodebuild` (its I/O): a kind node image from Debian
+  packages, kind's own base files (taken from the `sigs.k8s.io/kind` module download at build
+  time) and those binaries.
 - `podman`: a podman whose storage, run directory and network configuration belong to kind
   alone, so the images tier's podman is never disturbed.
 - `network`: the pod network (ptp and host-local from each node's podCIDR, a route per peer
