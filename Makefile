@@ -59,8 +59,10 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-# The kind tier: the e2e suite on a kind cluster made here with podman, created and deleted.
-test-kind: venv tools system-deps images kind
+# The kind tier alone: the operator and engine-simulator images (the CPU engine is the image
+# tier's), then the e2e suite on a kind cluster made here with podman, created and deleted.
+test-kind: venv tools system-deps kind
+	hack/build-images.sh operator engine-sim
 	e2e/run-kind.sh --provider podman
 
 # Every tier; the kind tier last, after the image tier (e2e/test_images.py) has passed.
