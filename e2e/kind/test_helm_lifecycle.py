@@ -1,7 +1,8 @@
 """`helm test` and `helm uninstall` on real nodes: the chart's test pod reaches the operator
 through its metrics Service (CoreDNS, kube-proxy) and succeeds, and uninstalling leaves nothing
 of the release behind: no pod (the test pod and both operator replicas are gone), none of the
-chart's objects in the namespace or in the cluster, and only what docs/install.md says stays.
+chart's objects in the namespace or in the cluster, and only what docs/install.md says stays
+(here, with no LLMService, the operator's Lease).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from kind_cluster import Kind
 
-from chart import CHART, must, run
+from chart import CHART, lease_pod, must, run
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 RESTRICTED = (
@@ -32,7 +33,7 @@ def names(kind: Kind, kinds: str, namespace: str = "", selector: str = "") -> li
     return sorted(listing.split())
 
 
-def test_helm_test_passes_and_uninstall_leaves_nothing_behind(
+def test_helm_test_passes_and_uninstall_leaves_only_the_lease(
     kind: Kind, kubeconfig: Path, namespace: str
 ) -> None:
     release = f"life-{namespace[-6:]}"
@@ -69,3 +70,12 @@ def test_helm_test_passes_and_uninstall_leaves_nothing_behind(
     assert names(kind, NAMESPACED, namespace, selector) == []
     assert names(kind, CLUSTER_SCOPED, selector=selector) == []
     assert set(names(kind, NAMESPACED, namespace)) <= before
+    # What stays, as docs/install.md says: the operator's Lease. Helm deletes the Role that lets
+    # the leader update it as it deletes the Deployment, so the leader, stopping, is refused
+    # (403) and cannot release it: it names a pod of the release that is gone.
+    fullname = f"{release}-tokenpilot"
+    assert names(kind, "leases", namespace) == [f"lease.coordination.k8s.io/{fullname}"]
+    holder = ((kind.get("lease", fullname, namespace) or {}).get("spec") or {}).get(
+        "holderIdentity"
+    )
+    assert not holder or lease_pod(holder).startswith(f"{fullname}-"), holder
