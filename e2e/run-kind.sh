@@ -85,6 +85,8 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/tokenpilot-kind.XXXXXX")"
 kubeconfig="$work/kubeconfig"
 report="$work/report.json"
 config="$work/kind.yaml"
+# Until there is a cluster to clean up: cleanup() below replaces this trap and removes $work too.
+trap 'rm -rf "$work"' EXIT
 export KUBECONFIG="$kubeconfig"
 # The pinned kubectl and helm (`make tools`) first, where they exist.
 PATH="$PWD/.venv/bin:$PATH"
@@ -112,7 +114,7 @@ else
   for image in "${images[@]}"; do
     podman image exists "$image" || die "podman has no $image; run \`make images\`"
   done
-  podman save --format docker-archive -m -o "$work/images.tar" "${images[@]}"
+  podman save --quiet --format docker-archive -m -o "$work/images.tar" "${images[@]}"
   env_lines="$(.venv/bin/tokenpilot kind env)" || die "kind is not ready; run \`make kind\`"
   eval "$env_lines"
   kind="${KIND:-kind}"
