@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from tokenpilot_lab.devcluster import build as gobuild
-from tokenpilot_lab.devcluster.errors import DevClusterError
+from tokenpilot_lab.host.errors import DevClusterError
 from tokenpilot_lab.kind import network, nodebuild
 from tokenpilot_lab.kind.errors import KindError, KindNetworkError
 from tokenpilot_lab.kind.podman import KindPodman

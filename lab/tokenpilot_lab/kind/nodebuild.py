@@ -21,8 +21,8 @@ from pathlib import Path
 
 from tokenpilot_lab.devcluster import build as gobuild
 from tokenpilot_lab.devcluster import paths
-from tokenpilot_lab.devcluster.errors import DevClusterError
 from tokenpilot_lab.devcluster.versions import KUBERNETES_VERSION
+from tokenpilot_lab.host.errors import DevClusterError
 from tokenpilot_lab.kind.errors import KindBuildFailed, KindNotBuilt
 from tokenpilot_lab.kind.nodeimage import (
     CONTAINERD_CONFIG,
