@@ -88,6 +88,11 @@ def test_a_burst_through_the_service_scales_up_and_back_down(
         kind,
         NAME,
         batching={"maxNumSeqs": 2, "maxNumBatchedTokens": 2048},
+        # At 95 % and a 2 s interval the forecast remembers 40 s (1 / (1 - attainment)
+        # intervals, docs/autoscaling.md), not the 200 s of the default 99 %: the scale-down
+        # comes a minute after the burst rather than four, which keeps the tier in make test's
+        # time budget.
+        slo={"attainment": 0.95},
         autoscaling={
             "enabled": True,
             "minReplicas": 1,
@@ -161,8 +166,8 @@ def test_a_burst_through_the_service_scales_up_and_back_down(
     # kube-proxy spread the burst: more than one engine answered requests through the Service.
     assert sum(1 for n in shares.values() if n > 0) >= 2, shares
 
-    # Back down: the autoscaler keeps what the forecast of the last 200 s of load needs, then
-    # the scale-down stabilization (30 s here) must pass (docs/autoscaling.md).
+    # Back down: the autoscaler keeps what the forecast of the last 40 s of load needs (at
+    # least the scale-down stabilization, 30 s here; docs/autoscaling.md).
     def replicas() -> int:
         return int((kind.get("llms", NAME, kind.namespace) or {})["spec"]["replicas"])
 
