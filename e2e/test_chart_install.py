@@ -6,7 +6,8 @@ the pod runner runs the operator pod's container as a local process with the con
 and a kubeconfig for the pod's ServiceAccount, so the chart's least-privilege ClusterRole is all
 the operator gets. The pod turns Ready only through the chart's readiness probe on the
 operator's health endpoint. The sample's engine pods run as engine simulators the same way. On
-kind (e2e/run-kind.sh) the same tests run against the real images.
+kind (e2e/run-kind.sh) the same tests run against the real images, on real kubelets, and reach
+pods through the API server's pod proxy.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 import yaml
 
-from chart import CHART, REPO, install_monitoring_crds, must, run
+from chart import (
+    CHART,
+    REPO,
+    install_monitoring_crds,
+    lease_pod,
+    must,
+    pod_get,
+    run,
+    sample_manifest,
+)
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
 
@@ -114,7 +123,7 @@ RESTRICTED = (
 def leader_pod(release: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
     """The operator replica holding the release's Lease (the one that reconciles and scales)."""
     lease = get_json("lease", f"{release}-tokenpilot", namespace, kubeconfig) or {}
-    holder = (lease.get("spec") or {}).get("holderIdentity")
+    holder = lease_pod((lease.get("spec") or {}).get("holderIdentity") or "")
     pods = operator_pods(release, namespace, kubeconfig)
     return next((p for p in pods if p["metadata"]["name"] == holder and is_ready(p)), None)
 
@@ -231,10 +240,7 @@ def test_the_installed_operator_reconciles_a_sample(
 ) -> None:
     (container,) = operator_pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    pod_ip = operator_pod["status"]["podIP"]
-    health = f"http://{pod_ip}:{ports['health']}/healthz"
-    assert httpx.get(health, timeout=5, trust_env=False).status_code == 200
-    metrics = f"http://{pod_ip}:{ports['metrics']}/metrics"
+    assert pod_get(operator_pod, ports["health"], "/healthz", kubeconfig)[0] == 200
 
     def diagnose() -> str:
         return log_tail(dev_cluster, operator_pod, kubeconfig)
@@ -250,7 +256,12 @@ def test_the_installed_operator_reconciles_a_sample(
     # As the README and the sample say: the gated model's token first (any value on a cluster
     # whose engines are simulators), then the sample.
     create_token_secret(namespace, kubeconfig)
-    must(run("kubectl", "apply", "-n", namespace, "-f", str(SAMPLE), kubeconfig=kubeconfig))
+    must(
+        run(
+            "kubectl", "apply", "-n", namespace, "-f", "-",
+            stdin=sample_manifest(SAMPLE), kubeconfig=kubeconfig,
+        )
+    )  # fmt: skip
     name = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
     wait_for(
         lambda: get_json("deployment", name, namespace, kubeconfig),
@@ -294,10 +305,9 @@ def test_the_installed_operator_reconciles_a_sample(
                            namespace, kubeconfig),
         timeout_s=60, what="the replica holding the Lease", diagnose=diagnose,
     )  # fmt: skip
-    metrics = f"http://{leader['status']['podIP']}:{ports['metrics']}/metrics"
 
     def decided() -> bool:
-        page = parse_metrics(httpx.get(metrics, timeout=5, trust_env=False).text)
+        page = parse_metrics(pod_get(leader, ports["metrics"], "/metrics", kubeconfig)[1])
         return any(s.labels == wanted for s in page.series("tokenpilot_desired_replicas"))
 
     wait_for(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from chart import CHART, REPO, must, run
+from chart import CHART, REPO, must, run, sample_manifest
 from tokenpilot.api.crd import CRD_NAME
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
@@ -79,7 +79,12 @@ def test_uninstall_leaves_the_services_serving_until_they_are_deleted(
             "--from-literal=token=hf_not_a_real_token", kubeconfig=kubeconfig,
         )
     )  # fmt: skip
-    must(run("kubectl", "apply", "-n", namespace, "-f", str(SAMPLE), kubeconfig=kubeconfig))
+    must(
+        run(
+            "kubectl", "apply", "-n", namespace, "-f", "-",
+            stdin=sample_manifest(SAMPLE), kubeconfig=kubeconfig,
+        )
+    )  # fmt: skip
     name = yaml.safe_load(SAMPLE.read_text())["metadata"]["name"]
     eventually(lambda: ready(name, namespace, kubeconfig), timeout_s=180, what=f"{name} Ready")
 

@@ -31,6 +31,11 @@ RUN /opt/tokenpilot/bin/pip install --constraint constraints.txt ./lab \
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/tokenpilot/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The user has a name: kopf names the operator after it (getpass), which reads /etc/passwd when
+# no USER is set, and a kubelet sets none (podman adds a passwd entry of its own, so only a
+# real node showed it).
+RUN echo 'tokenpilot:x:65532:65532:TokenPilot:/tmp:/usr/sbin/nologin' >>/etc/passwd \
+ && echo 'tokenpilot:x:65532:' >>/etc/group
 USER 65532:65532
 
 FROM runtime AS engine-sim

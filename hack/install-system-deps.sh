@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages the test tiers need: prometheus (server and promtool) for the Prometheus
-# tests; podman, buildah, runc and debootstrap for `make images` and the image tier (e2e).
+# tests; podman, buildah, runc and debootstrap for `make images` and the image tier (e2e);
+# and for the kind tier (`make kind`, e2e/run-kind.sh --provider podman) the dnsname CNI plugin,
+# with which podman's CNI network lets kind's nodes find each other by name (kubeadm join asks
+# for <cluster>-control-plane).
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -9,6 +12,7 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 for tool in podman buildah runc debootstrap; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
+[ -x /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

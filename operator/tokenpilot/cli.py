@@ -45,6 +45,7 @@ LAB_COMMANDS: dict[str, str] = {
     "pod-runner": "run mapped pod images as local processes (a tiny kubelet)",
     "load": "drive load at an OpenAI-compatible endpoint",
     "demo": "the end-to-end autoscaling demo on the dev cluster",
+    "kind": "kind with podman and a node image built here (the e2e suite's kind tier)",
 }
 
 

@@ -3,6 +3,7 @@ timing, renew history and observation lag."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from tokenpilot.core.lease import (
     choose,
     sight,
 )
+from tokenpilot.handlers.leadership import default_identity
 
 
 def record(holder: str, renew: str, duration_s: float = 15.0) -> LeaseRecord:
@@ -79,3 +81,11 @@ def test_the_fence_closes_before_any_standby_may_take_over(
     assert choose(sighting, "b", first_take_s).verdict is Verdict.TAKE
     assert not fence.allows(first_take_s)
     assert fence.allows(renew_sent_s)
+
+
+def test_a_pods_identity_is_new_at_every_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container the kubelet restarts in the same pod is a new candidate, not the holder."""
+    monkeypatch.setenv("POD_NAME", "tokenpilot-5d9c7b8f4-x2kqz")
+    first, again = default_identity(), default_identity()
+    assert first.startswith("tokenpilot-5d9c7b8f4-x2kqz_") and again != first
+    assert first.split("_", 1)[0] == "tokenpilot-5d9c7b8f4-x2kqz"

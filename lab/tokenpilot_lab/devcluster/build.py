@@ -85,9 +85,10 @@ def is_built(component: Component) -> bool:
     return all(os.access(directory / name, os.X_OK) for name in component.binaries)
 
 
-def binary(name: str) -> Path:
-    """Path of a built binary by name (`etcd`, `kube-apiserver`, `kwok`, ...)."""
-    for component in COMPONENTS:
+def binary(name: str, components: Iterable[Component] = COMPONENTS) -> Path:
+    """Path of a built binary by name (`etcd`, `kube-apiserver`, `kwok`, ...), looked up in
+    `components` (the dev cluster's by default)."""
+    for component in components:
         if name in component.binaries:
             if not is_built(component):
                 raise BinariesMissing(
@@ -132,7 +133,7 @@ def wrapper_gomod(component: Component, published: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def _go_env(go: GoToolchain) -> dict[str, str]:
+def go_env(go: GoToolchain) -> dict[str, str]:
     env = dict(os.environ)
     # Never let Go fetch a different toolchain or pick up a workspace from the caller's tree.
     env.update(GOTOOLCHAIN="local", GOWORK="off", CGO_ENABLED="0")
@@ -149,7 +150,7 @@ def _run_go(go: GoToolchain, args: list[str], cwd: Path, log: Path) -> str:
             proc = subprocess.run(
                 [go.path, *args],
                 cwd=cwd,
-                env=_go_env(go),
+                env=go_env(go),
                 stdout=subprocess.PIPE,
                 stderr=log_file,
                 text=True,

@@ -41,7 +41,7 @@ class Component:
         return f"{self.name}-{self.version}{suffix}"
 
 
-def _kubernetes_stamp() -> tuple[str, ...]:
+def kubernetes_stamp() -> tuple[str, ...]:
     major, minor, _patch = KUBERNETES_VERSION.lstrip("v").split(".")
     stamp: list[str] = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -65,7 +65,7 @@ def _kubernetes() -> Component:
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         },
         sibling_version="v0." + KUBERNETES_VERSION.split(".", 1)[1],
-        ldflags=_kubernetes_stamp(),
+        ldflags=kubernetes_stamp(),
     )
 
 
@@ -79,7 +79,7 @@ def _kubectl() -> Component:
         version=KUBERNETES_VERSION,
         binaries={"kubectl": "k8s.io/kubernetes/cmd/kubectl"},
         sibling_version="v0." + KUBERNETES_VERSION.split(".", 1)[1],
-        ldflags=_kubernetes_stamp(),
+        ldflags=kubernetes_stamp(),
     )
 
 

@@ -88,7 +88,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     election.add_argument(
         "--leader-election-identity",
         metavar="ID",
-        help="this replica's name in the Lease (default: $POD_NAME, else host-pid)",
+        help="this replica's name in the Lease (default: $POD_NAME_<random suffix>, new at "
+        "every start, else host-pid)",
     )
     election.add_argument(
         "--leader-election-lease-duration", type=float, default=15.0, metavar="SECONDS",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 from collections.abc import Iterator
@@ -34,8 +35,13 @@ log = logging.getLogger("tokenpilot.leadership")
 
 
 def default_identity() -> str:
-    """The pod's name in a cluster (the chart sets POD_NAME); host and PID elsewhere."""
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    """This process's name in the Lease: in a cluster the pod's name (the chart sets POD_NAME)
+    and a suffix drawn at start, host and PID elsewhere. The suffix makes a container that the
+    kubelet restarts in the same pod a new candidate, which waits out the lease like any
+    standby: under the bare pod name it would find itself the holder and resume at once, and a
+    leader that keeps crashing would never hand over to the healthy standby."""
+    pod = os.environ.get("POD_NAME")
+    return f"{pod}_{secrets.token_hex(4)}" if pod else f"{socket.gethostname()}-{os.getpid()}"
 
 
 @dataclass(frozen=True)

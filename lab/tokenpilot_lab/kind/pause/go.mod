@@ -1,0 +1,3 @@
+module tokenpilot.local/kind/pause
+
+go 1.24
