@@ -45,6 +45,10 @@ class Sample:
     reason_code: str = ""
     # The autoscaler's PaceAsProfiled condition as "status reason" ("" before it is written).
     pace: str = ""
+    # The replicas that decision asked for (status.autoscaling.desiredReplicas). The operator
+    # writes spec.replicas before status, so a sample taken between the two writes pairs the
+    # new spec.replicas with the previous decision; summary.steps matches them up.
+    decided_replicas: int | None = None
 
 
 class Observer:
@@ -101,6 +105,9 @@ class Observer:
                     if c.get("type") == PACE_AS_PROFILED
                 ),
                 "",
+            ),
+            decided_replicas=(
+                int(decision["desiredReplicas"]) if "desiredReplicas" in decision else None
             ),
         )
 
