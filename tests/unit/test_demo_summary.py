@@ -7,10 +7,13 @@ import pytest
 from tokenpilot_lab.demo.observe import Sample
 from tokenpilot_lab.demo.settings import DemoSettings, service_manifest
 from tokenpilot_lab.demo.summary import (
+    FIRST_SCALE_UP_BOUND_S,
     itl_p99_engine_s,
     milestones,
     report,
     rolling_itl_p99_engine_s,
+    steps,
+    verdict,
 )
 from tokenpilot_lab.loadgen import LoadPhase, LoadPlan, RequestRecord
 
@@ -112,3 +115,64 @@ def test_the_demo_service_is_a_valid_llmservice_with_a_short_scale_down_window()
     assert policy.itl_p99_slo_s == settings.itl_p99_slo_s
     assert (policy.min_replicas, policy.max_replicas) == (1, 4)
     assert service.spec.engine.extra_args == ["--time-scale", "0.1", "--rates-in-engine-time"]
+
+
+def coded(rows: list[tuple[float, int, int, str, int | None]]) -> list[Sample]:
+    """(t, desired, ready, reason code, status.autoscaling.desiredReplicas) per sample."""
+    return [Sample(t, desired, ready, 0, 0, 0.01, 2048, "steady", "", ready, code,
+                   decided_replicas=decided)
+            for t, desired, ready, code, decided in rows]  # fmt: skip
+
+
+def test_each_step_carries_the_code_of_the_decision_that_asked_for_it() -> None:
+    # At 14 s spec.replicas reads 3 while status still shows the previous decision (1,
+    # WithinTargets): the step's code is the one status shows once it says 3.
+    samples = coded([
+        (0, 1, 1, "WithinTargets", 1),
+        (14, 3, 1, "WithinTargets", 1),
+        (15, 3, 1, "QueueOverTarget", 3),
+        (40, 2, 3, "ModelHeadroom", 2),
+    ])  # fmt: skip
+    assert [(s.t_s, s.before, s.after, s.code) for s in steps(samples)] == [
+        (14, 1, 3, "QueueOverTarget"),
+        (40, 3, 2, "ModelHeadroom"),
+    ]
+
+
+VERDICTS = {
+    "the story held": ([(0, 1, 1), (14, 3, 1), (20, 3, 3), (55, 1, 1)], None),
+    "scaled up in the quiet phase": (
+        [(0, 1, 1), (5, 2, 1), (14, 3, 2), (20, 3, 3), (55, 1, 1)],
+        "2 replicas when the burst started, not 1: the fleet scaled up in the quiet phase",
+    ),
+    "first scale-up later than the bound": (
+        [(0, 1, 1), (26, 3, 1), (29, 3, 3), (55, 1, 1)],
+        f"the first scale-up came 16.0 s after the burst started, over the "
+        f"{FIRST_SCALE_UP_BOUND_S:g} s bound",
+    ),
+    "new pods never Ready": (
+        [(0, 1, 1), (14, 3, 1), (29, 2, 1), (55, 1, 1)],
+        "the new pods never became Ready",
+    ),
+    "a step down during the burst": (
+        [(0, 1, 1), (14, 3, 1), (20, 3, 3), (25, 2, 3), (55, 1, 1)],
+        "the fleet stepped down during the burst (3 -> 2 at 15 s, no reason code)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("rows", "why"), VERDICTS.values(), ids=VERDICTS.keys())
+def test_ok_is_false_with_one_line_why_when_the_story_fails(
+    rows: list[tuple[float, int, int]], why: str | None
+) -> None:
+    samples = series(rows)
+    m = milestones(samples, burst_start_s=10.0, burst_end_s=30.0, min_replicas=1)
+    assert verdict(samples, m, burst_start_s=10.0, burst_end_s=30.0, min_replicas=1) == why
+    plan = LoadPlan(
+        phases=(LoadPhase("quiet", 10, 1), LoadPhase("burst", 20, 5), LoadPhase("cool-down", 30, 1))
+    )
+    out = report(samples=samples, records=[], plan=plan, time_scale=0.1, min_replicas=1,
+                 scale_down_stabilization_s=20.0, itl_p99_slo_s=0.05, elapsed_s=1.0,
+                 png=None)  # fmt: skip
+    assert out["ok"] is (why is None) and out.get("why") == why
+    assert out["firstScaleUpBoundS"] == FIRST_SCALE_UP_BOUND_S

@@ -45,6 +45,14 @@ class Sample:
     reason_code: str = ""
     # The autoscaler's PaceAsProfiled condition as "status reason" ("" before it is written).
     pace: str = ""
+    # The replicas that decision asked for (status.autoscaling.desiredReplicas). The operator
+    # writes spec.replicas before status, so a sample taken between the two writes pairs the
+    # new spec.replicas with the previous decision; summary.steps matches them up.
+    decided_replicas: int | None = None
+    # The prompt tokens the engines prefilled (not found in their prefix caches) and all they
+    # were sent, per second between this sample's scrape and the previous one, as counted.
+    computed_prompt_tokens_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
 
 
 class Observer:
@@ -82,6 +90,7 @@ class Observer:
         tuning = status.get("tuning") or {}
         decision = status.get("autoscaling") or {}
         itl = observation.itl
+        load = observation.load
         return Sample(
             t_s=t_s,
             desired_replicas=int(spec.get("replicas", 0)),
@@ -102,6 +111,13 @@ class Observer:
                 ),
                 "",
             ),
+            decided_replicas=(
+                int(decision["desiredReplicas"]) if "desiredReplicas" in decision else None
+            ),
+            computed_prompt_tokens_per_s=(
+                None if load is None else load.computed_prompt_tokens / load.interval_s
+            ),
+            prompt_tokens_per_s=None if load is None else load.num_prompt_tokens / load.interval_s,
         )
 
     async def aclose(self) -> None:

@@ -159,6 +159,17 @@ def _report(
     m = summary.milestones(
         samples, plan.phase_start_s("burst"), plan.phase_start_s("cool-down"), settings.min_replicas
     )
+    outcome = summary.report(
+        samples=samples,
+        records=result.records,
+        plan=plan,
+        time_scale=settings.time_scale,
+        min_replicas=settings.min_replicas,
+        scale_down_stabilization_s=settings.scale_down_stabilization_s,
+        itl_p99_slo_s=settings.itl_p99_slo_s,
+        elapsed_s=time.monotonic() - started,
+        png=str(out_dir / "demo-timeline.png"),
+    )
     png = timeline.write_png(
         out_dir / "demo-timeline.png",
         samples=samples,
@@ -173,19 +184,9 @@ def _report(
         title=(
             "TokenPilot: Llama 3.1 8B on simulated H100s, SLO P99 ITL "
             f"{settings.itl_p99_slo}, autoscaling {settings.min_replicas}..{settings.max_replicas}"
-            f", scale-down window {settings.scale_down_stabilization}"
+            f", scale-down window {settings.scale_down_stabilization}\n"
+            + ("the story held" if outcome["ok"] else f"the story did not hold: {outcome['why']}")
         ),
-    )
-    outcome = summary.report(
-        samples=samples,
-        records=result.records,
-        plan=plan,
-        time_scale=settings.time_scale,
-        min_replicas=settings.min_replicas,
-        scale_down_stabilization_s=settings.scale_down_stabilization_s,
-        itl_p99_slo_s=settings.itl_p99_slo_s,
-        elapsed_s=time.monotonic() - started,
-        png=str(png),
     )
     say(
         f"\nscaled {m.replicas_at_start} -> {m.peak_desired_replicas} replicas "

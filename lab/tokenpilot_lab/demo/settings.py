@@ -17,6 +17,13 @@ Why these figures:
   operator's tuner (`auto`).
 - `scaleDownStabilization: 20s` instead of the 300 s default, so the return to minReplicas
   fits in the demo; the operator also shortens its scale-down step interval to the window.
+- A 30 s burst: long enough for the new replicas to become Ready and take the load (16 to
+  22 s into it), and shorter than the first step down can come. The fleet is short at every
+  evaluation until the new replicas are Ready (the queue on one replica grows until then),
+  and no step down comes within a scale-down window of an evaluation that found it short, so
+  the first comes at least 20 s after they are Ready, after the burst. With a 50 s burst the
+  forecast's 4 -> 3 (3 replicas carry 6/s once the backlog is gone) came 47 to 53 s into it
+  in two runs of nine, inside the burst or a few seconds after it.
 - Arrivals evenly spaced (`arrivals="even"`), not Poisson: the story is one burst against a
   quiet load, and a Poisson stream at 1/s clusters (the seeded one opened with 13 requests in
   its first 5 s, 2.6 times its rate), so whether the quiet phase scaled up depended on where
@@ -56,7 +63,7 @@ class DemoSettings:
     max_tokens: int = 64
     quiet_s: float = 25.0
     quiet_rate_per_s: float = 1.0
-    burst_s: float = 50.0
+    burst_s: float = 30.0
     burst_rate_per_s: float = 6.0
     # The cool-down ends early once the service is back at minReplicas (and stays so briefly).
     cool_down_s: float = 100.0

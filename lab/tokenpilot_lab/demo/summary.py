@@ -65,6 +65,41 @@ def milestones(
     )
 
 
+@dataclass(frozen=True)
+class Step:
+    """A change of the desired replicas at `t_s`, and the reason code of the decision that
+    asked for it ("" when no sample shows that decision)."""
+
+    t_s: float
+    before: int
+    after: int
+    code: str
+
+
+def steps(samples: Sequence[Sample]) -> list[Step]:
+    """Every change of spec.replicas in `samples`, each with its decision's reason code.
+
+    A change is first seen in the sample that reads the new spec.replicas; the decision that
+    asked for it is the first sample from there on whose status.autoscaling.desiredReplicas is
+    the new value (the operator writes the scale before the status, so the two may be a sample
+    apart), looked for while spec.replicas stays there. Samples without desiredReplicas fall
+    back to their own reason code."""
+    out = []
+    for i, (before, after) in enumerate(itertools.pairwise(samples), start=1):
+        to = after.desired_replicas
+        if to == before.desired_replicas:
+            continue
+        code = ""
+        for s in samples[i:]:
+            if s.desired_replicas != to:
+                break
+            if s.decided_replicas is None or s.decided_replicas == to:
+                code = s.reason_code
+                break
+        out.append(Step(after.t_s, before.desired_replicas, to, code))
+    return out
+
+
 # The story the demo tells, as bounds: the burst meets the minimum fleet, the first scale-up
 # comes within this many seconds of the burst's start (two 5 s evaluations that see the queue,
 # and a scrape's slack), the new pods become Ready, no replica is given back while the burst
@@ -95,13 +130,11 @@ def verdict(
         )
     if m.new_pods_ready_s is None:
         return "the new pods never became Ready"
-    during = [s for s in samples if burst_start_s <= s.t_s < burst_end_s]
-    for before, after in itertools.pairwise(during):
-        if after.desired_replicas < before.desired_replicas:
+    for step in steps(samples):
+        if burst_start_s <= step.t_s < burst_end_s and step.after < step.before:
             return (
-                f"the fleet stepped down during the burst ({before.desired_replicas} -> "
-                f"{after.desired_replicas} at {after.t_s - burst_start_s:.0f} s, "
-                f"{after.reason_code or 'no reason code'})"
+                f"the fleet stepped down during the burst ({step.before} -> {step.after} at "
+                f"{step.t_s - burst_start_s:.0f} s, {step.code or 'no reason code'})"
             )
     if m.back_to_min_s is None:
         return f"not back at {min_replicas} replicas before the cool-down ended"
@@ -188,6 +221,7 @@ def report(
         "readyReplicasAtPeak": m.peak_ready_replicas,
         "firstScaleUpS": _round(m.first_scale_up_s, 1),
         "firstScaleUpTo": m.first_scale_up_to,
+        "firstScaleUpBoundS": FIRST_SCALE_UP_BOUND_S,
         "newPodsReadyS": _round(m.new_pods_ready_s, 1),
         "backToMinReplicasAfterBurstS": _round(m.back_to_min_s, 1),
         "scaleDownStabilizationS": scale_down_stabilization_s,

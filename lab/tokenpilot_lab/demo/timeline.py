@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
 from tokenpilot_lab.demo.observe import Sample
-from tokenpilot_lab.demo.summary import Milestones
+from tokenpilot_lab.demo.summary import FIRST_SCALE_UP_BOUND_S, Milestones, steps
 from tokenpilot_lab.loadgen import LoadPlan
 
 PHASE_COLOURS = {"quiet": "#e8f4e8", "burst": "#fbe3d6", "cool-down": "#e3ecf7"}
@@ -57,7 +56,8 @@ def write_png(
         at = burst_s + milestones.first_scale_up_s
         ax_r.axvline(at, color="tab:red", lw=1)
         ax_r.annotate(
-            f"scale-up +{milestones.first_scale_up_s:.0f} s", (at, 0.3), xytext=(4, 0),
+            f"scale-up +{milestones.first_scale_up_s:.0f} s (bound {FIRST_SCALE_UP_BOUND_S:g} s)",
+            (at, 0.3), xytext=(4, 0),
             textcoords="offset points", fontsize=8, color="tab:red",
         )  # fmt: skip
     if milestones.new_pods_ready_s is not None:
@@ -68,12 +68,11 @@ def write_png(
             textcoords="offset points", fontsize=8, color="tab:green",
         )  # fmt: skip
     # Every change of the desired replicas, with the reason code of the decision that made it.
-    for before, after in itertools.pairwise(samples):
-        if after.desired_replicas != before.desired_replicas:
-            ax_r.annotate(
-                after.reason_code or "?", (after.t_s, after.desired_replicas), xytext=(3, 4),
-                textcoords="offset points", fontsize=7, rotation=30, color="tab:blue",
-            )  # fmt: skip
+    for step in steps(samples):
+        ax_r.annotate(
+            step.code or "?", (step.t_s, step.after), xytext=(3, 4),
+            textcoords="offset points", fontsize=7, rotation=30, color="tab:blue",
+        )  # fmt: skip
     ax_r.legend(loc="upper right", fontsize=8)
 
     ax_q.plot(t, [s.num_waiting for s in samples], lw=1.5, label="waiting (queue)")
