@@ -33,7 +33,7 @@ from tokenpilot_lab.commands.simulate.report import FLAT_SWING
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SYNTHETIC = "synthetic:"
 # A generated trace's shape, the same for every engine setting.
-GENERATOR_ARGS = ["--mean-rps", "10", "--duration", "3600", "--seed", "0"]
+GENERATOR_ARGS = ["--mean-rps", "10", "--duration", "1800", "--seed", "0"]
 BASELINES = ("hpa", "keda", "static-peak", "static-peak+tuned", "hpa+tuned", "keda+tuned")
 ATTAINMENT_GOAL = 0.99
 VARYING_RATIO_LIMIT, FLAT_RATIO_LIMIT = 0.85, 1.05
