@@ -25,7 +25,8 @@ PREDICTED = {p.id: FIT.prediction_ms(p, FITTED) for p in POINTS}
 TUNING_MD = Path(__file__).parents[2] / "docs" / "design" / "step-model.md"
 
 # The prompts near the ridge, all held out: the overlap exponent is fitted on kernel timings, and
-# these end-to-end times check it on two architectures (docs/design/step-model.md, "The smooth roofline").
+# these end-to-end times check it on two architectures (docs/design/step-model.md, "The smooth
+# roofline").
 NEAR_RIDGE = [
     "splitwise-a100-prefill-128",
     "splitwise-a100-prefill-256",
@@ -125,7 +126,7 @@ def test_every_held_out_point_is_within_25_percent() -> None:
 
 
 def test_the_headline_table_shows_every_held_out_point_worst_first() -> None:
-    # docs/design/step-model.md, "Prediction beside publication": the bench's table, as it prints it.
+    # docs/design/step-model.md, "Prediction beside publication": the bench's table, as printed.
     text = TUNING_MD.read_text(encoding="utf-8")
     section = text.split("**Prediction beside publication**", 1)[1].split("\n\n", 2)[1]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
