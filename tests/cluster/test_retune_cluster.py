@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import client_for, create, get_llms, install_crd, operator_thread, sample
+from _operator_harness import create, get_llms, operator_thread, sample
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
@@ -58,13 +58,6 @@ def service(namespace: str) -> dict[str, Any]:
     }
     body["spec"]["engine"]["extraArgs"] = ["--gpu=L40S", "--model-shape=llama-3.1-8b"]
     return body
-
-
-@pytest.fixture
-def client(kubeconfig: Path) -> KubeClient:
-    client = client_for(kubeconfig)
-    install_crd(client)
-    return client
 
 
 def status(client: KubeClient, namespace: str) -> dict[str, Any]:
