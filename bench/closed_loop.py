@@ -13,7 +13,8 @@ another in fresh processes, and prints one Markdown table per source with the go
   keyed by "SOURCE ENGINES"; left out where it was not run);
 - no baseline, on either budget, at equal or higher attainment on fewer GPU-hours.
 
-    .venv/bin/python bench/closed_loop.py --old /work/wt-before \
+    git worktree add ../tokenpilot-old 76607e9
+    .venv/bin/python bench/closed_loop.py --old ../tokenpilot-old \
         --sources azure-llm-2023-code.csv:x4,synthetic:bursts --engines profile,chunk-compute \
         -- --gpu H100-80GB --model llama-3.1-8b --slo ttft=2s,itl=50ms --balancer service
 """
