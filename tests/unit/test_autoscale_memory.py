@@ -110,6 +110,22 @@ def test_a_memory_written_long_before_the_restart_keeps_its_records_but_measures
     assert max(j.ratio for j in late_state.demand.jumps) == pytest.approx(2.0, rel=1e-4)
 
 
+def test_prefix_cache_hits_survive_a_restart_and_a_memory_written_without_them_reads_none() -> None:
+    cached = replace(LEVEL, num_cached_prompt_tokens=LEVEL.num_prompt_tokens * 0.75)
+    state, _, _ = run([cached] * 20, fresh(), 1)
+    memory = snapshot(state, Now(100.0, wall(100.0)))
+    assert memory is not None
+    restart = Now(0.0, wall(110.0))
+    restored = restore(fresh(), json.loads(json.dumps(memory)), restart)
+    assert restored.demand.outlook is not None
+    assert restored.demand.outlook.computed_prompt_share == pytest.approx(0.25, rel=1e-4)
+    # The same memory as an earlier operator wrote it: six fields a load row, no hits.
+    memory["load"] = [row[:6] for row in memory["load"]]
+    older = restore(fresh(), memory, restart)
+    assert older.demand.outlook is not None
+    assert older.demand.outlook.computed_prompt_share == 1.0
+
+
 def test_a_memory_older_than_an_hour_restores_nothing() -> None:
     memory, _ = written()
     restored = restore(fresh(), memory, Now(0.0, wall(BEFORE_END_S + MAX_MEMORY_S + 200.0)))

@@ -133,3 +133,47 @@ def test_keeping_up_never_needs_more_replicas_than_meeting_the_slos(
     slo, _ = MODEL.replicas_needed(demand, 512)
     keep_up, _ = MODEL.replicas_needed(demand, 512, keep_up_only=True)
     assert keep_up <= slo
+
+
+def cached_point(at_s: float, requested_per_s: float, computed_share: float) -> LoadPoint:
+    requested = requested_per_s * INTERVAL_S
+    return LoadPoint(
+        at_s,
+        INTERVAL_S,
+        requested * computed_share,
+        1_000.0,
+        10.0,
+        cached_prompt_tokens=requested * (1.0 - computed_share),
+    )
+
+
+def test_a_replica_joining_with_a_cold_prefix_cache_sets_no_record() -> None:
+    # A shared 2,048-token prefix: the fleet finds 99 % of prompt tokens cached. A replica that
+    # joins prefills its first prompts in full, so the prefilled tokens jump 50-fold for an
+    # interval while the requests and their tokens stay as they were.
+    memory = [cached_point(5.0 * i, 100_000.0, 0.01) for i in range(1, 101)]
+    full = forecast(memory, horizon_s=35.0, attainment=0.99)
+    assert full is not None
+    cold = cached_point(505.0, 100_000.0, 0.5)
+    measured = jump(full, cold, lookback_s=500.0, waiting_before=0.0)
+    assert measured is not None
+    assert measured.ratio < 1.0 + 1e-9
+    # Three times the requested tokens at the usual hit rate is a record, as without a cache.
+    burst = jump(full, cached_point(505.0, 300_000.0, 0.01), lookback_s=500.0, waiting_before=0.0)
+    assert burst is not None
+    assert abs(burst.ratio - 3.0) < 1e-9
+
+
+def test_an_interval_that_drains_a_backlog_measures_no_jump() -> None:
+    full = forecast(
+        [point(5.0 * i, 1_000.0) for i in range(1, 101)],
+        horizon_s=35.0, attainment=0.99,
+    )  # fmt: skip
+    assert full is not None
+    # New replicas clear a queue of 40: they prefill four times the forecast's rate, all of it
+    # load that arrived before (and was measured then, as the queue grew).
+    drained = replace(point(505.0, 4_000.0), waiting=0.0)
+    assert jump(full, drained, lookback_s=500.0, waiting_before=40.0) is None
+    steady = replace(point(505.0, 4_000.0), waiting=40.0)
+    measured = jump(full, steady, lookback_s=500.0, waiting_before=40.0)
+    assert measured is not None and measured.ratio == 4.0

@@ -35,7 +35,11 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
   against the forecast that was in force (`Jump`), and those measurements are kept for
   `MAX_MEMORY_S`, longer than the memory. `record_jump` is how far beyond its forecast the load
   went, read at the attainment target and weighted by requests: the height of the records
-  this service has shown. The fleet is then asked to keep up with the forecast times that
+  this service has shown. An interval's prompt tokens are taken at the memory's share to
+  prefill, not its own: a replica that joins with an empty prefix cache prefills what the
+  others find cached, work the fleet's growth made, not a burst of load; and an interval that
+  drains a queue served a burst already measured when it arrived, so it measures nothing.
+  The fleet is then asked to keep up with the forecast times the record height
   (core.autoscale.capacity), not to meet the TTFT SLO at it.
 """
 
@@ -43,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from tokenpilot.core.autoscale.capacity import Demand
@@ -80,6 +84,11 @@ class LoadPoint:
     output_tokens: float
     requests: float
     waiting: float = 0.0  # requests waiting at the end of the interval, on the whole service
+    cached_prompt_tokens: float = 0.0  # prompt tokens found in the prefix cache
+
+    @property
+    def requested_prompt_tokens(self) -> float:
+        return self.prompt_tokens + self.cached_prompt_tokens
 
     @property
     def prompt_tokens_per_s(self) -> float:
@@ -114,6 +123,9 @@ class Forecast:
     # How far beyond its forecast the load has gone in the last `MAX_MEMORY_S` (1.0: never by
     # the attainment target's share of the requests); `burst` is `demand` times that.
     record_jump: float = 1.0
+    # The share of the memory's prompt tokens that had to be prefilled (the rest were found in
+    # the prefix cache); 1.0 for a service without cache hits.
+    computed_prompt_share: float = 1.0
 
     @property
     def burst(self) -> Demand:
@@ -149,13 +161,32 @@ def jump(
     """`point`'s arrived prompt rate (as the forecast counts it; `waiting_before` the queue at
     the interval's start) over the prompt rate `previous` forecast; None while that forecast
     had not seen a whole memory (a jump over a short memory says the memory is short, not that
-    the load has records)."""
+    the load has records).
+
+    The interval's prompt tokens are taken at the memory's share to prefill
+    (`computed_prompt_share`), not at its own: an engine that joins the fleet starts with an
+    empty prefix cache and prefills in full what the others find cached, a jump in work that
+    the fleet's growth caused and that does not come back as load. A burst of arrivals, or of
+    longer prompts, moves the requested tokens and is measured as before.
+
+    An interval in which the queue shrank is not measured: it served a backlog that arrived
+    before it, and that burst was measured as it arrived (the queue's growth, at the mean
+    prompt). Its prefilled tokens over the forecast would count it a second time, at whatever
+    the backlog's prompts cost to prefill then (on new replicas with cold caches, all of
+    them)."""
     if previous is None or previous.span_s < lookback_s - point.interval_s - 1e-9:
+        return None
+    if point.waiting < waiting_before:
         return None
     sized = previous.demand.prompt_tokens_per_s
     if sized <= 0:
         return None
-    rate = arrived_prompt_tokens_per_s(point, waiting_before, previous.demand.mean_prompt_tokens)
+    at_share = replace(
+        point,
+        prompt_tokens=point.requested_prompt_tokens * previous.computed_prompt_share,
+        cached_prompt_tokens=0.0,
+    )
+    rate = arrived_prompt_tokens_per_s(at_share, waiting_before, previous.demand.mean_prompt_tokens)
     return Jump(point.at_s, rate / sized, point.requests + point.waiting)
 
 
@@ -189,6 +220,7 @@ def forecast(
         return None
     requests = sum(p.requests for p in points)
     prompt = sum(p.prompt_tokens for p in points)
+    requested = sum(p.requested_prompt_tokens for p in points)
     output = sum(p.output_tokens for p in points)
     span_s = sum(p.interval_s for p in points)
     if requests <= 0 or span_s <= 0:
@@ -229,6 +261,7 @@ def forecast(
         num_points=len(points),
         span_s=span_s,
         record_jump=record_jump(jumps, attainment) if jumps else 1.0,
+        computed_prompt_share=prompt / requested if requested > 0 else 1.0,
     )
 
 

@@ -47,7 +47,15 @@ UNWATCHED_FORGIVEN_S = 120.0
 # How often the operator writes each service's memory for a later process (and once more at
 # shutdown); the fleet simulator's killed operator leaves the same.
 SNAPSHOT_EVERY_S = 60.0
-_LOAD_FIELDS = ("age_s", "interval_s", "prompt_tokens", "output_tokens", "requests", "waiting")
+_LOAD_FIELDS = (
+    "age_s",
+    "interval_s",
+    "prompt_tokens",
+    "output_tokens",
+    "requests",
+    "waiting",
+    "cached_prompt_tokens",
+)
 _JUMP_FIELDS = ("age_s", "ratio", "requests")
 _PACE_FIELDS = ("age_s", "over_alone", "chunk_term")
 _PREFILL_FIELDS = ("age_s", "excess_s", "added_s")
@@ -87,7 +95,8 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
     written = _wall_s(memory.get("writtenAt"), "writtenAt")
     gap_s = max(0.0, _wall_s(now.wall, "the clock") - written)
     aged_s = max(0.0, gap_s - UNWATCHED_FORGIVEN_S)
-    load = _rows(memory, "load", _LOAD_FIELDS)
+    # A load row written before the prefix-cache hits were kept has six fields: it reads as none.
+    load = _rows(memory, "load", _LOAD_FIELDS, optional=1)
     for at, row in enumerate(load):
         if row[1] <= 0:
             raise InvalidMemory(f"load[{at}].interval_s: must be over 0, found {row[1]}")
@@ -112,15 +121,18 @@ def restore(state: ServiceState, memory: Mapping[str, Any], now: Now) -> Service
     return replace(state, demand=demand, pace=pace)
 
 
-def _rows(memory: Mapping[str, Any], key: str, fields: Sequence[str]) -> list[list[float]]:
+def _rows(
+    memory: Mapping[str, Any], key: str, fields: Sequence[str], *, optional: int = 0
+) -> list[list[float]]:
+    """The rows under `key`, each of `fields` (the last `optional` of them may be missing)."""
     rows = memory.get(key, [])
     if not isinstance(rows, list):
         raise InvalidMemory(f"{key}: expected a list of rows, found {type(rows).__name__}")
     out: list[list[float]] = []
     for at, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != len(fields):
+        if not isinstance(row, list) or not len(fields) - optional <= len(row) <= len(fields):
             raise InvalidMemory(f"{key}[{at}]: expected [{', '.join(fields)}], found {row!r}")
-        for name, value in zip(fields, row, strict=True):
+        for name, value in zip(fields, row, strict=False):
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)

@@ -108,6 +108,7 @@ def load_point(observation: Observation) -> LoadPoint | None:
         counted.num_output_tokens,
         counted.num_requests,
         observation.num_requests_waiting or 0.0,
+        min(counted.num_cached_prompt_tokens, counted.num_prompt_tokens),
     )
 
 
@@ -159,7 +160,7 @@ class DemandMemory:
                 [
                     seconds_ago(now_s, p.at_s),
                     *map(snapshot_figure, (p.interval_s, p.prompt_tokens, p.output_tokens)),
-                    *map(snapshot_figure, (p.requests, p.waiting)),
+                    *map(snapshot_figure, (p.requests, p.waiting, p.cached_prompt_tokens)),
                 ]
                 for p in self.load
             ],
