@@ -18,7 +18,8 @@ An ordered chain; the first check that speaks decides:
    arrival to an idle engine first), no fleet size shortens one prefill, so the autoscaler holds
    instead, and may still step down as in 5.
 4. **Queue spike.** A queue over target in this reading only is held until the next evaluation
-   confirms it.
+   confirms it, unless the plan's forecast already asks for more replicas: then it scales up
+   as in 5, as it would have with no queue at all.
 5. **No breach.** Where a capacity model sizes the fleet (core.autoscale.plan), to its need: up
    at once, down with every pod visible, the queue spread over the smaller fleet under
    scale_down_ratio of its target, and a forecast that has seen a whole scale-down window.
@@ -96,6 +97,11 @@ def _decide(case: Case) -> Decision:
             return _scale_up(case)
         return _prefill_hold(without_breach(case, bound), bound)
     if (case.signals.queue_spike_ratio or 0.0) > 1.0:
+        sized = without_breach(case, None)
+        if sized.mode is Mode.scale_up:
+            # The forecast asks for more on its own evidence; a second queue reading would only
+            # delay what a burst without a queue would already have had.
+            return sized
         return case.decision(
             case.current,
             Mode.hold,
