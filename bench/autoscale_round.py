@@ -41,8 +41,9 @@ WALL = "2026-01-01T00:00:00Z"
 MAX_MODEL_LEN = 8192
 
 
-def render_pages(num_pages: int, seed: int) -> list[bytes]:
-    """Successive /metrics pages of one busy engine, as vLLM renders them."""
+def render_pages(num_pages: int, seed: int, max_waiting: float = 8.0) -> list[bytes]:
+    """Successive /metrics pages of one busy engine, as vLLM renders them; each gauge drawn
+    from 0 to 8 (the requests waiting from 0 to `max_waiting`)."""
     rng = random.Random(seed)
     registry = CollectorRegistry()
     labels = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
@@ -71,7 +72,9 @@ def render_pages(num_pages: int, seed: int) -> list[bytes]:
             metric = metrics[family.name]
             values = {name: labels.get(name, "stop") for name in family.label_names}
             child = metric.labels(**values)  # type: ignore[attr-defined]
-            if family.type is vllm_metrics.MetricType.gauge:
+            if family.name == vllm_metrics.NUM_REQUESTS_WAITING:
+                child.set(rng.uniform(0, max_waiting))
+            elif family.type is vllm_metrics.MetricType.gauge:
                 child.set(rng.uniform(0, 8))
             elif family.type is vllm_metrics.MetricType.counter:
                 child.inc(rng.randint(100, 2000))

@@ -66,18 +66,25 @@ SPAN = re.compile(r"of the last (\d+) s")
 IDENTITY = "soak-operator"
 IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the pod
 WORKERS = 4
-NODE_POOLS = {  # 130 nodes in two pools (a pool holds at most 100)
-    "pools": [
-        {
-            "name": name,
-            "count": 65,
-            "cpu": "96",
-            "memoryGiB": 1024,
-            "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8, "memoryMiB": 81559},
-        }
-        for name in ("h100a", "h100b")
-    ]
-}
+
+
+def node_pools(services: int) -> dict[str, Any]:
+    """Fake 8-GPU H100 nodes for one engine per service and a tenth to spare (130 for 1,000),
+    in pools of at most 100 (the dev cluster's limit per pool)."""
+    nodes = max(2, -(-services * 11 // 80))
+    sizes = [100] * (nodes // 100) + ([nodes % 100] if nodes % 100 else [])
+    return {
+        "pools": [
+            {
+                "name": f"h100{chr(ord('a') + index)}",
+                "count": count,
+                "cpu": "96",
+                "memoryGiB": 1024,
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8, "memoryMiB": 81559},
+            }
+            for index, count in enumerate(sizes)
+        ]
+    }
 
 
 def engines(conn: Connection, pages: list[bytes]) -> None:
@@ -154,8 +161,15 @@ def requests_total(client: KubeClient) -> float:
 
 
 def decisions(metrics_url: str) -> float:
+    return sum(decisions_by_service(metrics_url).values())
+
+
+def decisions_by_service(metrics_url: str) -> dict[str, float]:
     page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
-    return sum(s.value for s in page.series("tokenpilot_decisions_total"))
+    out: dict[str, float] = {}
+    for s in page.series("tokenpilot_decisions_total"):
+        out[s.labels["llmservice"]] = out.get(s.labels["llmservice"], 0.0) + s.value
+    return out
 
 
 def evaluation_p99_s(metrics_url: str) -> float | None:
@@ -168,6 +182,55 @@ def evaluation_p99_s(metrics_url: str) -> float | None:
         return None
     total = buckets[max(buckets)]
     return next(edge for edge in sorted(buckets) if buckets[edge] >= 0.99 * total)
+
+
+def gap_quantiles_s(metrics_url: str, start: dict[float, float]) -> dict[str, float | None]:
+    """The mean and the P99 (a bucket's upper edge) of the gaps between one service's
+    evaluations (tokenpilot_evaluation_gap_seconds) since the `start` reading of its buckets."""
+    now = gap_buckets(metrics_url)
+    grown = {edge: now[edge] - start.get(edge, 0.0) for edge in now}
+    total = grown.get(float("inf"), 0.0)
+    if total <= 0:
+        return {"mean": None, "p99": None}
+    edges = sorted(e for e in grown if e >= 0)
+    p99 = next(e for e in edges if grown[e] >= 0.99 * total)
+    return {"mean": grown[-1.0] / total, "p99": p99}
+
+
+def gap_buckets(metrics_url: str) -> dict[float, float]:
+    """The gap histogram's cumulative bucket counts by upper edge, its sum under -1."""
+    page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
+    out: dict[float, float] = {}
+    for s in page.series("tokenpilot_evaluation_gap_seconds_bucket"):
+        edge = float(s.labels["le"])
+        out[edge] = out.get(edge, 0.0) + s.value
+    out[-1.0] = sum(s.value for s in page.series("tokenpilot_evaluation_gap_seconds_sum"))
+    return out
+
+
+def cpu_seconds_by_process() -> dict[str, float]:
+    """CPU seconds (user and system) used so far, summed by process name, for the processes
+    the soak's figures name: the control plane, the operator and the engines' pages."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        if "tokenpilot.cli run" in cmdline:
+            name = "operator"
+        elif comm in ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok"):
+            name = comm
+        elif "soak.py" in cmdline:
+            name = "soak (engine pages and client)"
+        else:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def profile_apiserver(kubeconfig: str, out: Path, after_s: float, seconds: int = 60) -> None:
@@ -273,11 +336,18 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="at the end, restart the operator and time how soon every service resumes its memory",
     )
+    parser.add_argument(
+        "--queue-up-to",
+        type=float,
+        default=3.0,
+        help="the engines' requests waiting, drawn from 0 to this at each scrape (default 3, "
+        "under the target of 4: a steady load; 8 crosses it at random)",
+    )
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="tokenpilot-soak-"))
     pools = work / "nodepools.yaml"
-    pools.write_text(yaml.safe_dump(NODE_POOLS))
+    pools.write_text(yaml.safe_dump(node_pools(args.services)))
     state_dir = work / "cluster"
     print(f"dev cluster in {state_dir}", flush=True)
     st = cluster.up(
@@ -296,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)
         client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
 
-        pages = render_pages(30, seed=1)
+        # A steady load: the queue drawn under the target (4 a replica), so no evaluation has
+        # a reason to act and the outcome holds; --queue-up-to 8 crosses the target at random.
+        pages = render_pages(30, seed=1, max_waiting=args.queue_up_to)
         pipes = []
         for _ in range(WORKERS):
             parent, child = multiprocessing.Pipe()
@@ -352,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
         rss_start = rss_mib(operator.pid)
         requests_start = requests_total(client)
         decisions_start = decisions(metrics_url)
+        by_service_start = decisions_by_service(metrics_url)
+        gaps_start = gap_buckets(metrics_url)
+        cpu_start = cpu_seconds_by_process()
         soak_start = time.monotonic()
         started_wall = time.time()
 
@@ -402,6 +477,14 @@ def main(argv: list[str] | None = None) -> int:
         rss_end = rss_mib(operator.pid)
         requests_rate = (requests_total(client) - requests_start) / elapsed
         decided = decisions(metrics_url) - decisions_start
+        gaps = gap_quantiles_s(metrics_url, gaps_start)
+        by_service = decisions_by_service(metrics_url)
+        # Each service's own mean cadence over the soak; the P99 across services.
+        per_service_s = sorted(
+            elapsed / max(by_service.get(name, 0.0) - by_service_start.get(name, 0.0), 1.0)
+            for name in (f"svc-{index:04d}" for index in range(args.services))
+        )
+        cpu_end = cpu_seconds_by_process()
         writes = [
             w
             for w in audit.read(state_dir)
@@ -425,6 +508,16 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "mean_evaluation_cadence_s": round(args.services * elapsed / max(decided, 1), 2),
             "evaluation_p99_s": evaluation_p99_s(metrics_url),
+            "evaluation_gap_mean_s": None if gaps["mean"] is None else round(gaps["mean"], 2),
+            "evaluation_gap_p99_s": gaps["p99"],
+            "per_service_cadence_p99_s": round(
+                statistics.quantiles(per_service_s, n=100, method="inclusive")[98], 2
+            ),
+            "queue_up_to": args.queue_up_to,
+            "cpu_cores_by_process": {
+                name: round((cpu_end[name] - cpu_start.get(name, 0.0)) / elapsed, 2)
+                for name in sorted(cpu_end)
+            },
             "api_requests_per_s_all_clients": round(requests_rate, 1),
             "operator_writes_per_s": round(len(writes) / elapsed, 2),
             "operator_writes_by_kind": {

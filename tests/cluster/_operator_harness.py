@@ -51,8 +51,10 @@ def operator_thread(
     resync_s: float = 2.0,
     profiles_configmap: str | None = None,
     calibration_args: tuple[str, ...] = (),
+    metrics_port: int | None = None,
 ) -> Iterator[None]:
-    """The operator, in this process, watching one namespace; stopped on exit."""
+    """The operator, in this process, watching one namespace; stopped on exit; its own
+    /metrics on 127.0.0.1:`metrics_port` where one is given."""
     stop, ready = threading.Event(), threading.Event()
     config = OperatorConfig(
         kubeconfig=str(kubeconfig),
@@ -60,6 +62,8 @@ def operator_thread(
         resync_interval_s=resync_s,
         gpu_profiles_configmap=profiles_configmap,
         calibration_args=calibration_args,
+        metrics_port=metrics_port,
+        metrics_address="127.0.0.1",
     )
     errors: list[BaseException] = []
 

@@ -98,3 +98,41 @@ def test_an_evaluation_over_its_limit_waits_the_fallback_interval() -> None:
         _round(SharedApi(call_s=40.0), num_services=1, max_under_way=1, timeout_s=30.0)
     )
     assert waits == [FALLBACK_INTERVAL_S]
+
+
+@dataclass
+class StepClock:
+    """A clock the test moves."""
+
+    at_s: float = 100.0
+
+    def monotonic_s(self) -> float:
+        return self.at_s
+
+    def now_rfc3339(self) -> str:
+        return "2026-12-02T00:00:00Z"
+
+
+def test_the_gap_between_a_services_evaluations_is_measured_start_to_start() -> None:
+    clock = StepClock()
+    runtime = AutoscalerRuntime(AutoscalerConfig(), clock=clock)
+    client = cast(KubeClient, None)
+    evaluator = Evaluator(runtime, client)
+    key = ("team", "svc")
+    loop = QueueingLoop(runtime, client, *key)
+    loop.api = SharedApi(call_s=0.0)
+    evaluator.loops[key] = loop
+
+    async def rounds() -> None:
+        try:
+            for gap_s in (0.0, 5.0, 12.0):
+                clock.at_s += gap_s
+                await evaluator.evaluate_all([(key, {}, ())])
+        finally:
+            await runtime.sources.aclose()
+
+    run_virtual(rounds())
+    gaps = runtime.metrics.evaluation_gap_s.collect()[0].samples
+    count = next(s.value for s in gaps if s.name.endswith("_count"))
+    total = next(s.value for s in gaps if s.name.endswith("_sum"))
+    assert (count, total) == (2.0, 17.0)  # the first evaluation has no gap before it

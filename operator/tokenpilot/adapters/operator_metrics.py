@@ -12,6 +12,8 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
     tokenpilot_replica_hourly_cost_dollars{sku}                  one replica's GPU cost per hour
     tokenpilot_decisions_total{mode, reason}                     counter per service
     tokenpilot_evaluation_duration_seconds                       histogram, one per operator
+    tokenpilot_evaluation_gap_seconds                            histogram, one per operator:
+                                                                 start to start, per service
     tokenpilot_reconcile_errors_total                            counter per service
     tokenpilot_leader                                            1 leading, 0 standing by
 
@@ -40,6 +42,9 @@ from tokenpilot.core.autoscale import Decision
 SERVICE = ("namespace", "llmservice")
 # Evaluation of one service: a scrape round trip (ms) up to a scrape timeout (seconds).
 EVALUATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+# Start to start of one service's evaluations: its interval (5 s by default) when the operator
+# keeps up, and edges at 1.2 and 2 intervals where it does not.
+GAP_BUCKETS_S = (1.0, 2.0, 5.5, 6.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
 
 @dataclass
@@ -110,6 +115,13 @@ class OperatorMetrics:
             "tokenpilot_evaluation_duration_seconds",
             "Time to evaluate one service: read metrics, decide, write.",
             buckets=EVALUATION_BUCKETS_S,
+            registry=r,
+        )
+        self.evaluation_gap_s = Histogram(
+            "tokenpilot_evaluation_gap_seconds",
+            "Seconds from the start of one evaluation of a service to the start of its next: "
+            "its interval while the operator keeps up.",
+            buckets=GAP_BUCKETS_S,
             registry=r,
         )
         self.reconcile_errors = Counter(

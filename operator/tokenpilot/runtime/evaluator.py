@@ -61,6 +61,7 @@ class Evaluator:
     profile_of: Callable[[str], GPUProfile] | None = None
     loops: dict[Key, ServiceLoop] = field(default_factory=dict)
     due_s: dict[Key, float] = field(default_factory=dict)
+    started_s: dict[Key, float] = field(default_factory=dict)  # each one's last evaluation
     max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
     evaluation_timeout_s: float = EVALUATION_TIMEOUT_S
     memories: MemoryKeeper = field(init=False)
@@ -123,6 +124,10 @@ class Evaluator:
                 memory=self.memories.take(key),
             )
             self.loops[key] = loop
+        started_s = self.runtime.clock.monotonic_s()
+        if (last_s := self.started_s.get(key)) is not None:
+            self.runtime.metrics.evaluation_gap_s.observe(started_s - last_s)
+        self.started_s[key] = started_s
         try:
             # asyncio.timeout, not wait_for, which on Python 3.11 can lose a cancel (shutdown).
             async with asyncio.timeout(self.evaluation_timeout_s):
@@ -143,6 +148,7 @@ class Evaluator:
         """A deleted (or no longer autoscaled) service: drop its state and its series."""
         self.loops.pop(key, None)
         self.due_s.pop(key, None)
+        self.started_s.pop(key, None)
         with contextlib.suppress(KeyError):
             self.runtime.metrics.forget(*key)
 
