@@ -104,12 +104,10 @@ def report(
 
 def costs_status(costs: EngineCosts, window_s: float) -> EngineCostsStatus:
     """status.engineCosts, each factor to two figures (the precision a reading has), so
-    steady engines write no status; a term without a finite uncertainty is left out."""
+    steady engines write no status."""
 
     def term(found: TermEstimate | None) -> TermCost | None:
-        # A term no reading bounds yet (too few to bound it: an infinite uncertainty) is not
-        # shown; JSON has no infinity, and the API server refuses the whole apply over it.
-        if found is None or not math.isfinite(found.uncertainty):
+        if found is None:
             return None
         return TermCost(
             factor=_digits(found.factor, 2),
