@@ -66,6 +66,8 @@ SPAN = re.compile(r"of the last (\d+) s")
 IDENTITY = "soak-operator"
 IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the pod
 WORKERS = 4
+EVALUATION = "tokenpilot_evaluation_duration_seconds"
+GAP = "tokenpilot_evaluation_gap_seconds"
 
 
 def node_pools(services: int) -> dict[str, Any]:
@@ -160,10 +162,6 @@ def requests_total(client: KubeClient) -> float:
     )  # every verb, resource and client
 
 
-def decisions(metrics_url: str) -> float:
-    return sum(decisions_by_service(metrics_url).values())
-
-
 def decisions_by_service(metrics_url: str) -> dict[str, float]:
     page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
     out: dict[str, float] = {}
@@ -172,40 +170,26 @@ def decisions_by_service(metrics_url: str) -> dict[str, float]:
     return out
 
 
-def evaluation_p99_s(metrics_url: str) -> float | None:
+def histogram(metrics_url: str, name: str) -> dict[float, float]:
+    """A histogram of the operator's page: cumulative counts by upper edge, its sum under -1."""
     page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
-    buckets: dict[float, float] = {}
-    for s in page.series("tokenpilot_evaluation_duration_seconds_bucket"):
+    out: dict[float, float] = {-1.0: sum(s.value for s in page.series(f"{name}_sum"))}
+    for s in page.series(f"{name}_bucket"):
         edge = float(s.labels["le"])
-        buckets[edge] = buckets.get(edge, 0.0) + s.value
-    if not buckets:
-        return None
-    total = buckets[max(buckets)]
-    return next(edge for edge in sorted(buckets) if buckets[edge] >= 0.99 * total)
+        out[edge] = out.get(edge, 0.0) + s.value
+    return out
 
 
-def gap_quantiles_s(metrics_url: str, start: dict[float, float]) -> dict[str, float | None]:
-    """The mean and the P99 (a bucket's upper edge) of the gaps between one service's
-    evaluations (tokenpilot_evaluation_gap_seconds) since the `start` reading of its buckets."""
-    now = gap_buckets(metrics_url)
-    grown = {edge: now[edge] - start.get(edge, 0.0) for edge in now}
+def histogram_figures(
+    now: dict[float, float], start: dict[float, float] | None = None
+) -> dict[str, float | None]:
+    """The mean and the P99 (a bucket's upper edge) of what `histogram` counted since `start`."""
+    grown = {edge: now[edge] - (start or {}).get(edge, 0.0) for edge in now}
     total = grown.get(float("inf"), 0.0)
     if total <= 0:
         return {"mean": None, "p99": None}
-    edges = sorted(e for e in grown if e >= 0)
-    p99 = next(e for e in edges if grown[e] >= 0.99 * total)
+    p99 = next(e for e in sorted(e for e in grown if e >= 0) if grown[e] >= 0.99 * total)
     return {"mean": grown[-1.0] / total, "p99": p99}
-
-
-def gap_buckets(metrics_url: str) -> dict[float, float]:
-    """The gap histogram's cumulative bucket counts by upper edge, its sum under -1."""
-    page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
-    out: dict[float, float] = {}
-    for s in page.series("tokenpilot_evaluation_gap_seconds_bucket"):
-        edge = float(s.labels["le"])
-        out[edge] = out.get(edge, 0.0) + s.value
-    out[-1.0] = sum(s.value for s in page.series("tokenpilot_evaluation_gap_seconds_sum"))
-    return out
 
 
 def cpu_seconds_by_process() -> dict[str, float]:
@@ -423,9 +407,8 @@ def main(argv: list[str] | None = None) -> int:
 
         rss_start = rss_mib(operator.pid)
         requests_start = requests_total(client)
-        decisions_start = decisions(metrics_url)
         by_service_start = decisions_by_service(metrics_url)
-        gaps_start = gap_buckets(metrics_url)
+        gaps_start = histogram(metrics_url, GAP)
         cpu_start = cpu_seconds_by_process()
         soak_start = time.monotonic()
         started_wall = time.time()
@@ -476,9 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.monotonic() - soak_start
         rss_end = rss_mib(operator.pid)
         requests_rate = (requests_total(client) - requests_start) / elapsed
-        decided = decisions(metrics_url) - decisions_start
-        gaps = gap_quantiles_s(metrics_url, gaps_start)
+        gaps = histogram_figures(histogram(metrics_url, GAP), gaps_start)
         by_service = decisions_by_service(metrics_url)
+        decided = sum(by_service.values()) - sum(by_service_start.values())
         # Each service's own mean cadence over the soak; the P99 across services.
         per_service_s = sorted(
             elapsed / max(by_service.get(name, 0.0) - by_service_start.get(name, 0.0), 1.0)
@@ -507,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                 decided / args.services / (elapsed / 5.0), 3
             ),
             "mean_evaluation_cadence_s": round(args.services * elapsed / max(decided, 1), 2),
-            "evaluation_p99_s": evaluation_p99_s(metrics_url),
+            "evaluation_p99_s": histogram_figures(histogram(metrics_url, EVALUATION))["p99"],
             "evaluation_gap_mean_s": None if gaps["mean"] is None else round(gaps["mean"], 2),
             "evaluation_gap_p99_s": gaps["p99"],
             "per_service_cadence_p99_s": round(
