@@ -33,6 +33,10 @@ from tokenpilot.core.interference import (
 
 # First line of a /metrics snapshot: when it was asked for (monotonic clock, seconds).
 SNAPSHOT_TIME = "# snapshot_monotonic_s"
+# uvicorn, which serves vLLM's API, closes a connection idle for 5 s (its default keep-alive);
+# httpx's default keeps one for 5 s too, so a request could go out on a connection the server
+# was closing at that instant. Giving idle connections up sooner leaves that to a stalled server.
+KEEPALIVE_S = 2.0
 _ENGINE_TIME = '"engine_time_s": '
 _ENGINE_ARRIVAL = '"engine_arrival_s": '
 _token_salts = itertools.count(1)
@@ -104,7 +108,10 @@ async def _attempts(settings: ProbeSettings, client: httpx.AsyncClient, model: s
 
 
 def _client(settings: ProbeSettings) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=settings.num_decode + settings.num_prefill + 8)
+    limits = httpx.Limits(
+        max_connections=settings.num_decode + settings.num_prefill + 8,
+        keepalive_expiry=KEEPALIVE_S,
+    )
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(settings.request_timeout_s))
 
 
@@ -297,11 +304,15 @@ async def _snapshot(
         taken = time.monotonic()
         try:
             response = await client.get(f"{url}/metrics")
-        except httpx.RemoteProtocolError:
-            # A pooled connection the server closed as idle just as it was reused: a GET is
-            # safe to send again, on a new connection.
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            # A pooled connection the server closed as idle just as it was reused (it shows
+            # as a protocol error, or as a reset when the close races the request): a GET is
+            # safe to send again, and httpx sends it on a new connection.
             if attempt:
-                raise
+                raise ProbeError(
+                    f"lost the connection to {url}/metrics twice {phase} a grid point "
+                    f"({type(error).__name__}); is the engine still serving?"
+                ) from None
             continue
         into[phase] = f"{SNAPSHOT_TIME} {taken}\n{response.text}"
         return
