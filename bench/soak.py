@@ -19,8 +19,8 @@ apply). It reports:
   (the audit log, by user agent);
 - a restart at the end (`--restart`, on by default): the operator stopped as an upgrade stops
   it, the memories it wrote to its namespace (docs/autoscaling.md, Restarts) counted and
-  sized, and a new operator started: how long until every service's status carries a forecast
-  over more load than the new process has watched (its memory resumed).
+  sized, and a new operator started: how long until every service's forecast, on the new
+  process's /metrics, rests on more load than that process has watched (its memory resumed).
 
     python bench/soak.py                    # 1,000 services, 30 minutes
     python bench/soak.py --services 50 --minutes 2     # a quick look
@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import random
-import re
 import signal
 import statistics
 import subprocess
@@ -42,7 +41,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -56,13 +54,11 @@ from tokenpilot.adapters.kube import KubeClient, connect
 from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.autoscaler_memory import LABEL as MEMORY_LABEL
 from tokenpilot.adapters.kube.resources import CONFIGMAPS, DEPLOYMENTS, LLMSERVICES
-from tokenpilot.adapters.kube.status import AUTOSCALER
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot.api.crd import crd
 from tokenpilot_lab.devcluster import audit, cluster
 
 NAMESPACE = "soak"
-SPAN = re.compile(r"of the last (\d+) s")
 IDENTITY = "soak-operator"
 IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the pod
 WORKERS = 4
@@ -238,25 +234,18 @@ def memory_shards(client: KubeClient) -> list[dict[str, Any]]:
     return list(listed.get("items") or [])
 
 
-def resumed(client: KubeClient, since_wall: float, watched_s: float) -> set[str]:
-    """Services whose status the autoscaler applied since `since_wall` with a forecast over
-    more load than the new process has watched (`watched_s`): their memory resumed."""
-    names = set()
-    for item in client.request("GET", LLMSERVICES.path(NAMESPACE))["items"]:
-        applied = [
-            entry
-            for entry in item["metadata"].get("managedFields") or []
-            if entry.get("manager") == AUTOSCALER and entry.get("subresource") == "status"
-        ]
-        fresh = any(
-            datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() >= since_wall
-            for e in applied
-        )
-        reason = ((item.get("status") or {}).get("autoscaling") or {}).get("reason", "")
-        found = SPAN.search(reason)
-        if fresh and found and int(found.group(1)) > watched_s + 10:
-            names.add(item["metadata"]["name"])
-    return names
+def resumed(metrics_url: str, watched_s: float) -> set[str]:
+    """Services whose forecast, on the new process's /metrics, rests on more load than that
+    process has watched (`watched_s`): their memory resumed."""
+    try:
+        page = parse_metrics(httpx.get(metrics_url, timeout=10, trust_env=False).text)
+    except httpx.HTTPError:
+        return set()  # not listening yet
+    return {
+        s.labels["llmservice"]
+        for s in page.series("tokenpilot_forecast_memory_seconds")
+        if s.value > watched_s + 10
+    }
 
 
 def restarted(
@@ -265,6 +254,7 @@ def restarted(
     command: list[str],
     work: Path,
     services: int,
+    metrics_url: str,
 ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """Stop the operator as an upgrade does (SIGTERM), start a new one, and time how soon
     every service resumes the memory the old one wrote."""
@@ -275,17 +265,17 @@ def restarted(
     shards = memory_shards(client)
     keys = sum(len(item.get("data") or {}) for item in shards)
     sizes = [sum(len(v) for v in (item.get("data") or {}).values()) for item in shards]
-    started, started_wall = time.monotonic(), time.time()
+    started = time.monotonic()
     log = work / "operator-restarted.log"
     operator = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    # A service counts once a status of the new process names more load than it has watched;
-    # later its own points follow, and the words alone no longer tell the two apart.
+    # A service counts once the new process's forecast rests on more load than it has
+    # watched; later its own points follow, and the figure alone no longer tells the two apart.
     seen: set[str] = set()
     waited_s, last_new_s = 0.0, 0.0
     while waited_s < 120 and len(seen) < services:
         time.sleep(5)
         waited_s = time.monotonic() - started
-        new = resumed(client, started_wall, waited_s) - seen
+        new = resumed(metrics_url, waited_s) - seen
         if new:
             seen |= new
             last_new_s = waited_s
@@ -513,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         if args.restart:
-            operator, restart = restarted(client, operator, command, work, args.services)
+            operator, restart = restarted(
+                client, operator, command, work, args.services, metrics_url
+            )
             figures.update(restart)
         print(json.dumps(figures, indent=2), flush=True)
         if args.json:

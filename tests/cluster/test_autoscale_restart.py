@@ -9,24 +9,23 @@ it stops, and the new process's forecast starts from it instead of from nothing.
 from __future__ import annotations
 
 import json
-import re
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from _operator_harness import create, get_llms, operator_thread, sample
+from _operator_harness import create, operator_thread, sample
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.autoscaler_memory import LABEL
 from tokenpilot.adapters.kube.resources import CONFIGMAPS, LLMSERVICES, RESOURCES
+from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 NAME = "llama-8b"
-SPAN = re.compile(r"of the last (\d+) s")
 
 
 def ready_pod_ip(client: KubeClient, namespace: str) -> str | None:
@@ -70,14 +69,22 @@ def steady_load(client: KubeClient, namespace: str) -> Iterator[threading.Event]
     thread.join(30)
 
 
-def autoscaling(client: KubeClient, namespace: str) -> dict[str, Any]:
-    return dict(get_llms(client, namespace, NAME).get("status", {}).get("autoscaling") or {})
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
-def remembered_s(reason: str) -> int | None:
-    """The seconds of load the forecast names in the status's words, once it names any."""
-    found = SPAN.search(reason)
-    return int(found.group(1)) if found else None
+def forecast_memory_s(port: int, namespace: str) -> float | None:
+    """The seconds of load the operator's forecast rests on, from its own /metrics."""
+    try:
+        page = parse_metrics(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+    except httpx.HTTPError:
+        return None
+    for found in page.series("tokenpilot_forecast_memory_seconds"):
+        if found.labels == {"namespace": namespace, "llmservice": NAME}:
+            return found.value
+    return None
 
 
 def test_a_restarted_operator_resumes_the_forecast_it_had(
@@ -89,17 +96,20 @@ def test_a_restarted_operator_resumes_the_forecast_it_had(
     body["spec"]["autoscaling"].update(
         {"minReplicas": 1, "maxReplicas": 2, "interval": "2s", "metrics": {"type": "direct"}}
     )
-    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles):
+    first, second = free_port(), free_port()
+    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles, metrics_port=first):
         create(client, body)
         steady_load.set()
-        eventually(
-            lambda: (remembered_s(autoscaling(client, namespace).get("reason", "")) or 0) >= 30,
+
+        def remembers_30_s() -> float | None:
+            found = forecast_memory_s(first, namespace)
+            return found if found is not None and found >= 30 else None
+
+        before = eventually(
+            remembers_30_s,
             timeout_s=180,
             what="a forecast that remembers 30 s of load",
         )
-    last_words = autoscaling(client, namespace)["reason"]
-    before = remembered_s(last_words)
-    assert before is not None
     # Stopped: the memory is in the operator's namespace, one key for the service.
     listed = client.request("GET", CONFIGMAPS.path(namespace), query={"labelSelector": LABEL})
     keys = {key: text for item in listed["items"] for key, text in item["data"].items()}
@@ -107,17 +117,17 @@ def test_a_restarted_operator_resumes_the_forecast_it_had(
     memory = json.loads(keys[f"{namespace}.{NAME}"])
     assert len(memory["load"]) >= before / 2 - 2  # a point every 2 s
 
-    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles):
-        # The first evaluation of a new process reads the pods once; the next names the
-        # forecast, which starts from the memory rather than from its first 2 s.
-        def new_words() -> str | None:
-            now = autoscaling(client, namespace)
-            fresh = now.get("reason") != last_words and now.get("mode") != "hold"
-            return now["reason"] if fresh and remembered_s(now["reason"]) else None
-
-        words = eventually(new_words, timeout_s=60, what="the new process's forecast")
-        after = remembered_s(words)
-        assert after is not None and after >= before, (before, words)
+    with operator_thread(kubeconfig, namespace, profiles_configmap=profiles, metrics_port=second):
+        # The new process's first evaluation sets the figure: from the memory, it rests on
+        # at least the load the old one had; from nothing it would be one interval's.
+        after = eventually(
+            lambda: forecast_memory_s(second, namespace),
+            timeout_s=60,
+            interval_s=0.2,
+            what="the new process's forecast",
+        )
+        # To the second: the memory keeps its points' times rounded.
+        assert round(after) >= round(before), (before, after)
         client.request("DELETE", LLMSERVICES.path(namespace, NAME))
         eventually(
             lambda: client.get(LLMSERVICES.path(namespace, NAME)) is None,

@@ -66,8 +66,6 @@ MAX_BACKOFF_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 SHUTDOWN_KILL_WAIT_S = 2.0
 CREDENTIALS_RETRY_S = 2.0
-# How long a terminating process may keep a pod IP that kwok has given to a new pod.
-IP_REUSE_GRACE_S = 2.0
 POD_MODES = ("processes", "containers")
 
 
@@ -516,8 +514,9 @@ class PodRunner:
                 # kwok gives a deleted pod's IP to a new pod at once, while the old process may
                 # still sleep in its preStop or drain on that address (a kubelet frees the IP
                 # only with the old sandbox). The new process could not bind, and its probe
-                # would reach the old one: cut the old one short and start once it is gone.
-                holder.hurry(now_mono + IP_REUSE_GRACE_S)
+                # would reach the old one; cutting the old one short would cut the requests it
+                # is draining. So the new one starts once the old one has gone, within the old
+                # pod's grace period, as a kubelet would let it go.
                 return
             if now_mono >= w.restart_after_mono:
                 self._start(w, now_mono)

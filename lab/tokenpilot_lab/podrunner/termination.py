@@ -151,8 +151,7 @@ class Termination:
         return False
 
     def hurry(self, kill_at_mono: float) -> None:
-        """Bring the SIGKILL forward (never back), as when the runner itself shuts down or
-        the pod's address is wanted by a new pod."""
+        """Bring the SIGKILL forward (never back), as when the runner itself shuts down."""
         if kill_at_mono < self.kill_at_mono:
             self.kill_at_mono = kill_at_mono
             self.grace_s = max(0.0, kill_at_mono - self.started_mono)

@@ -67,6 +67,32 @@ class OperatorMetrics:
         self.ready_replicas = Gauge(
             "tokenpilot_ready_replicas", "Engine pods that are Ready.", SERVICE, registry=r
         )
+        # The figures behind each decision, as it read them (status.autoscaling.reason words
+        # them, refreshed only with a change a reader acts on; these follow every evaluation).
+        self.queue_per_replica = Gauge(
+            "tokenpilot_queue_per_replica",
+            "Requests waiting per Ready replica, as the autoscaler read them.",
+            SERVICE,
+            registry=r,
+        )
+        self.itl_p99_s = Gauge(
+            "tokenpilot_itl_p99_seconds",
+            "P99 inter-token latency over the autoscaler's window; absent while unread.",
+            SERVICE,
+            registry=r,
+        )
+        self.ttft_p99_s = Gauge(
+            "tokenpilot_ttft_p99_seconds",
+            "P99 time to first token over the autoscaler's window; absent while unread.",
+            SERVICE,
+            registry=r,
+        )
+        self.forecast_memory_s = Gauge(
+            "tokenpilot_forecast_memory_seconds",
+            "Seconds of load the demand forecast rests on (a restarted operator resumes them).",
+            SERVICE,
+            registry=r,
+        )
         self.min_replicas = Gauge(
             "tokenpilot_min_replicas", "spec.autoscaling.minReplicas.", SERVICE, registry=r
         )
@@ -140,6 +166,19 @@ class OperatorMetrics:
             namespace, name, decision.mode.value, decision.reason_code.value
         ).inc()
         self.evaluation_s.observe(evaluation_s)
+        signals = decision.signals
+        for gauge, value in (
+            (self.queue_per_replica, signals.queue_per_replica),
+            (self.itl_p99_s, signals.itl_p99_s),
+            (self.ttft_p99_s, signals.ttft_p99_s),
+        ):
+            if value is None:
+                self._drop(gauge, namespace, name)
+            else:
+                gauge.labels(namespace, name).set(value)
+
+    def record_forecast_memory(self, namespace: str, name: str, memory_s: float) -> None:
+        self.forecast_memory_s.labels(namespace, name).set(memory_s)
 
     def record_targets(
         self,
@@ -197,6 +236,10 @@ class OperatorMetrics:
             self.slo_ttft_p99_s,
             self.slo_attainment,
             self.engine_step_pace,
+            self.queue_per_replica,
+            self.itl_p99_s,
+            self.ttft_p99_s,
+            self.forecast_memory_s,
             self.reconcile_errors,
         ):
             self._drop(gauge, namespace, name)

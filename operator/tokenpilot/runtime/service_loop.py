@@ -242,7 +242,9 @@ class ServiceLoop:
         except KubeError as error:
             log.warning("%s/%s: cannot apply decision: %s", *self.key, error)
             if self.state is not None:
-                self.state = replace(self.state, applied=previous.applied)
+                self.state = replace(
+                    self.state, applied=previous.applied, applied_at_s=previous.applied_at_s
+                )
 
     def _export(
         self,
@@ -266,6 +268,10 @@ class ServiceLoop:
         metrics.record_replica_cost(self.namespace, self.name, *self._replica_cost(service))
         metrics.record_pace(
             self.namespace, self.name, None if self.state is None else self.state.pace.pace
+        )
+        outlook = None if self.state is None else self.state.demand.outlook
+        metrics.record_forecast_memory(
+            self.namespace, self.name, 0.0 if outlook is None else outlook.span_s
         )
 
     def _replica_cost(self, service: LLMService) -> tuple[str | None, float | None]:

@@ -19,7 +19,8 @@ readings. `step` returns the next state, the decision, and the actions to carry 
 
     ScaleTo       write spec.replicas through the scale subresource
     PostEvent     post an Event of the report
-    ApplyStatus   apply what the autoscaler owns in status (only when it changed)
+    ApplyStatus   apply what the autoscaler owns in status, when a reader would notice
+                  (core.autoscale.freshness)
 
 The operator's handler reads, calls `step`, and carries the actions out through the kube
 adapters; the fleet simulator calls the same `step` in virtual time and applies `ScaleTo` to
@@ -35,6 +36,7 @@ from typing import Any
 from tokenpilot.core.autoscale.algorithm import Evidence, decide
 from tokenpilot.core.autoscale.costs import engine_pace
 from tokenpilot.core.autoscale.decision import Decision
+from tokenpilot.core.autoscale.freshness import should_write
 from tokenpilot.core.autoscale.observation import Current, History, Now, Observation
 from tokenpilot.core.autoscale.pace import PaceMemory
 from tokenpilot.core.autoscale.plan import (
@@ -91,6 +93,8 @@ class ServiceState:
     workload: WorkloadMemory = field(default_factory=WorkloadMemory)
     history: History = field(default_factory=History)
     applied: Mapping[str, Any] | None = None
+    # When `applied` was applied (monotonic seconds); None before the first apply.
+    applied_at_s: float | None = None
     # Evaluations that read at least one pod. A P99 is a rate over two readings, so until the
     # second one a missing P99 is expected from any source (a Prometheus server's rate() too):
     # AwaitingSecondScrape, never a MissingMetrics Warning.
@@ -142,10 +146,11 @@ def step(
     if decision.desired_replicas != current.spec_replicas:
         actions.append(ScaleTo(current.spec_replicas, decision.desired_replicas))
     actions.extend(PostEvent(event) for event in told.events)
-    applied = state.applied
-    if told.owned != state.applied:
+    applied, applied_at_s = state.applied, state.applied_at_s
+    since_s = None if applied_at_s is None else now.monotonic_s - applied_at_s
+    if should_write(state.applied, told.owned, since_applied_s=since_s):
         actions.append(ApplyStatus(told.owned))
-        applied = told.owned
+        applied, applied_at_s = told.owned, now.monotonic_s
     next_state = replace(
         state,
         rings=rings,
@@ -155,6 +160,7 @@ def step(
         workload=workload,
         history=decision.history,
         applied=applied,
+        applied_at_s=applied_at_s,
         num_reading_evaluations=num_reading,
     )
     return next_state, decision, tuple(actions)
@@ -186,4 +192,4 @@ def unusable_spec(
     owned = invalid_spec_status(state.applied, replicas, words, now)
     if owned == state.applied:
         return state, ()
-    return replace(state, applied=owned), (ApplyStatus(owned),)
+    return replace(state, applied=owned, applied_at_s=now.monotonic_s), (ApplyStatus(owned),)

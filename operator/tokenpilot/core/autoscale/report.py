@@ -104,10 +104,12 @@ def report(
 
 def costs_status(costs: EngineCosts, window_s: float) -> EngineCostsStatus:
     """status.engineCosts, each factor to two figures (the precision a reading has), so
-    steady engines write no status."""
+    steady engines write no status; a term without a finite uncertainty is left out."""
 
     def term(found: TermEstimate | None) -> TermCost | None:
-        if found is None:
+        # A term no reading bounds yet (too few to bound it: an infinite uncertainty) is not
+        # shown; JSON has no infinity, and the API server refuses the whole apply over it.
+        if found is None or not math.isfinite(found.uncertainty):
             return None
         return TermCost(
             factor=_digits(found.factor, 2),
@@ -239,11 +241,11 @@ def autoscaler_status(
     now: str,
 ) -> dict[str, Any]:
     """Everything the autoscaler owns in status, as the JSON to apply, from what it `applied`
-    last. status.autoscaling always carries the latest evaluation's words (a reader must never
-    see a queue that has drained); `lastDecisionTime` is when the outcome (replicas, mode,
-    reason code) last changed. The conditions are the last ones applied when none are given.
-    The caller writes only when the JSON differs from what it applied, as the HPA controller
-    updates its status at each sync whose metrics changed.
+    last. status.autoscaling carries this evaluation's words; `lastDecisionTime` is when the
+    outcome (replicas, mode, reason code) last changed. The conditions are the last ones
+    applied when none are given. Whether the JSON is applied is `freshness.should_write`'s
+    call: at once for a change a reader acts on, the words and figures alone at most every
+    `STATUS_REFRESH_S`.
     """
     previous = applied or {}
     before = previous.get("autoscaling") or {}
