@@ -41,9 +41,12 @@ WALL = "2026-01-01T00:00:00Z"
 MAX_MODEL_LEN = 8192
 
 
-def render_pages(num_pages: int, seed: int, max_waiting: float = 8.0) -> list[bytes]:
+def render_pages(
+    num_pages: int, seed: int, max_waiting: float = 8.0, steady: bool = False
+) -> list[bytes]:
     """Successive /metrics pages of one busy engine, as vLLM renders them; each gauge drawn
-    from 0 to 8 (the requests waiting from 0 to `max_waiting`)."""
+    from 0 to 8 (the requests waiting from 0 to `max_waiting`). Each counter grows by 100 to
+    2,000 a page, or, `steady`, by 1,000 within 2 % (an engine whose load holds)."""
     rng = random.Random(seed)
     registry = CollectorRegistry()
     labels = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
@@ -77,7 +80,7 @@ def render_pages(num_pages: int, seed: int, max_waiting: float = 8.0) -> list[by
             elif family.type is vllm_metrics.MetricType.gauge:
                 child.set(rng.uniform(0, 8))
             elif family.type is vllm_metrics.MetricType.counter:
-                child.inc(rng.randint(100, 2000))
+                child.inc(1000 * rng.uniform(0.98, 1.02) if steady else rng.randint(100, 2000))
             else:
                 top = family.bucket_edges(MAX_MODEL_LEN)[-1]
                 for _ in range(200):

@@ -64,6 +64,8 @@ IMAGE = "soak.example/vllm-openai:fake"  # not in the image map: kwok fakes the 
 WORKERS = 4
 EVALUATION = "tokenpilot_evaluation_duration_seconds"
 GAP = "tokenpilot_evaluation_gap_seconds"
+# Creating the services and their pods, and the restart, before and after the soak proper.
+SETUP_ALLOWANCE_S = 900.0
 
 
 def node_pools(services: int) -> dict[str, Any]:
@@ -341,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
 
         # A steady load: the queue drawn under the target (4 a replica), so no evaluation has
-        # a reason to act and the outcome holds; --queue-up-to 8 crosses the target at random.
-        pages = render_pages(30, seed=1, max_waiting=args.queue_up_to)
+        # a reason to act and the outcome holds (--queue-up-to 8 crosses the target at random),
+        # counters that grow alike at every scrape, and a page for every scrape of the run at
+        # the 5 s interval (served again from the first, the counters would reset).
+        scrapes = int((args.minutes * 60 + SETUP_ALLOWANCE_S) / 5) + 10
+        pages = render_pages(scrapes, seed=1, max_waiting=args.queue_up_to, steady=True)
         pipes = []
         for _ in range(WORKERS):
             parent, child = multiprocessing.Pipe()
