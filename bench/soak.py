@@ -3,9 +3,9 @@
 The engines are kwok's fake pods (an image the pod runner does not map), one per service on 130
 fake 8-GPU H100 nodes; their /metrics are simulated as bench/autoscale_round.py does: a few
 local processes bind every engine pod's IP (a loopback address) on port 8000 and answer full
-vLLM pages whose counters and histograms grow from one scrape to the next. The operator runs as
-its own process (`tokenpilot run`, one replica with leader election, so the audit log names it),
-scraping every engine each 5 s interval, exactly as deployed.
+vLLM pages whose counters and histograms grow steadily with time (a page a second). The
+operator runs as its own process (`tokenpilot run`, one replica with leader election, so the
+audit log names it), scraping every engine each 5 s interval, exactly as deployed.
 
 Every 2 s the soak edits one random service's token budget and times the edit until the
 Deployment carries the new flag (reconcile latency, the operator's whole path: watch, plan,
@@ -66,6 +66,8 @@ EVALUATION = "tokenpilot_evaluation_duration_seconds"
 GAP = "tokenpilot_evaluation_gap_seconds"
 # Creating the services and their pods, and the restart, before and after the soak proper.
 SETUP_ALLOWANCE_S = 900.0
+# Each engine's /metrics page stands for this many seconds of its load.
+PAGE_S = 1.0
 
 
 def node_pools(services: int) -> dict[str, Any]:
@@ -92,7 +94,7 @@ def engines(conn: Connection, pages: list[bytes]) -> None:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        served: dict[str, int] = {}
+        first_scraped: dict[str, float] = {}
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             ip = writer.get_extra_info("sockname")[0]
@@ -103,8 +105,11 @@ def engines(conn: Connection, pages: list[bytes]) -> None:
                         break
                     while (await reader.readline()).strip():
                         pass
-                    body = pages[served.get(ip, 0) % len(pages)]
-                    served[ip] = served.get(ip, 0) + 1
+                    # The page of this second since the engine's first scrape: its counters
+                    # grow with time, as a real engine's do, however often it is read. Past the
+                    # last page they hold (an idle engine) rather than reset.
+                    since_s = time.monotonic() - first_scraped.setdefault(ip, time.monotonic())
+                    body = pages[min(int(since_s / PAGE_S), len(pages) - 1)]
                     writer.write(
                         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -344,10 +349,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # A steady load: the queue drawn under the target (4 a replica), so no evaluation has
         # a reason to act and the outcome holds (--queue-up-to 8 crosses the target at random),
-        # counters that grow alike at every scrape, and a page for every scrape of the run at
-        # the 5 s interval (served again from the first, the counters would reset).
-        scrapes = int((args.minutes * 60 + SETUP_ALLOWANCE_S) / 5) + 10
-        pages = render_pages(scrapes, seed=1, max_waiting=args.queue_up_to, steady=True)
+        # counters that grow alike every second, and a page for every second of the run.
+        seconds = int((args.minutes * 60 + SETUP_ALLOWANCE_S) / PAGE_S) + 10
+        pages = render_pages(seconds, seed=1, max_waiting=args.queue_up_to, steady=True)
         pipes = []
         for _ in range(WORKERS):
             parent, child = multiprocessing.Pipe()
