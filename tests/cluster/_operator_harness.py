@@ -4,6 +4,7 @@ a process, create services, and count the API server's writes."""
 from __future__ import annotations
 
 import copy
+import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from tokenpilot.adapters.kube import KubeClient, connect
@@ -20,6 +22,7 @@ from tokenpilot.adapters.kube.apiserver_metrics import api_writes as server_writ
 from tokenpilot.adapters.kube.apply import apply
 from tokenpilot.adapters.kube.events import COMPONENT
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
+from tokenpilot.adapters.metrics import MetricsPage, parse_metrics
 from tokenpilot.api.crd import crd
 from tokenpilot.handlers.operator import OperatorConfig, operate
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
@@ -205,3 +208,28 @@ def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
                 continue
             out[f"{key[1]}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
     return out
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for an operator's /metrics)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def operator_page(port: int) -> MetricsPage | None:
+    """The in-process operator's /metrics on `port`, or None while it does not answer."""
+    try:
+        return parse_metrics(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+    except httpx.HTTPError:
+        return None
+
+
+def ready_pod_ip(client: KubeClient, namespace: str) -> str | None:
+    """The IP of a Ready pod in `namespace`, if there is one."""
+    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
+    for pod in items:
+        conditions = pod.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return str(pod["status"]["podIP"])
+    return None

@@ -9,32 +9,28 @@ it stops, and the new process's forecast starts from it instead of from nothing.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from _operator_harness import create, operator_thread, sample
+from _operator_harness import (
+    create,
+    free_port,
+    operator_page,
+    operator_thread,
+    ready_pod_ip,
+    sample,
+)
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.autoscaler_memory import LABEL
-from tokenpilot.adapters.kube.resources import CONFIGMAPS, LLMSERVICES, RESOURCES
-from tokenpilot.adapters.metrics import parse_metrics
+from tokenpilot.adapters.kube.resources import CONFIGMAPS, LLMSERVICES
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
 NAME = "llama-8b"
-
-
-def ready_pod_ip(client: KubeClient, namespace: str) -> str | None:
-    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
-    for pod in items:
-        conditions = pod.get("status", {}).get("conditions", [])
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-            return str(pod["status"]["podIP"])
-    return None
 
 
 MODEL = sample("llama-3.1-8b-h100.yaml", "default")["spec"]["model"]["name"]
@@ -69,17 +65,10 @@ def steady_load(client: KubeClient, namespace: str) -> Iterator[threading.Event]
     thread.join(30)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def forecast_memory_s(port: int, namespace: str) -> float | None:
     """The seconds of load the operator's forecast rests on, from its own /metrics."""
-    try:
-        page = parse_metrics(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-    except httpx.HTTPError:
+    page = operator_page(port)
+    if page is None:
         return None
     for found in page.series("tokenpilot_forecast_memory_seconds"):
         if found.labels == {"namespace": namespace, "llmservice": NAME}:

@@ -13,7 +13,6 @@ which is what an apply per evaluation used to write. Evaluations are counted on 
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +20,20 @@ from typing import Any
 
 import httpx
 import pytest
-from _operator_harness import create, get_llms, operator_thread, patch_spec, sample
+from _operator_harness import (
+    create,
+    free_port,
+    get_llms,
+    operator_page,
+    operator_thread,
+    patch_spec,
+    ready_pod_ip,
+    sample,
+)
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apiserver_metrics import api_writes
-from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
-from tokenpilot.adapters.metrics import parse_metrics
+from tokenpilot.adapters.kube.resources import LLMSERVICES
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -37,15 +44,6 @@ STEADY_EVALUATIONS = 10
 
 MODEL = sample("llama-3.1-8b-h100.yaml", "default")["spec"]["model"]["name"]
 PACE_S = 0.5
-
-
-def ready_pod_ip(client: KubeClient, namespace: str) -> str | None:
-    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
-    for pod in items:
-        conditions = pod.get("status", {}).get("conditions", [])
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-            return str(pod["status"]["podIP"])
-    return None
 
 
 @pytest.fixture
@@ -73,17 +71,10 @@ def paced_load(client: KubeClient, namespace: str) -> Iterator[None]:
     thread.join(30)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def evaluations(port: int, namespace: str) -> float:
     """The service's evaluations so far, every outcome, from the operator's /metrics."""
-    try:
-        page = parse_metrics(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-    except httpx.HTTPError:
+    page = operator_page(port)
+    if page is None:
         return 0.0
     return sum(
         s.value
