@@ -1,6 +1,8 @@
 """On the real API server: a steady service is evaluated every interval, and its status is not
-rewritten while nothing a reader acts on changes; a change of replicas or of a condition is in
-status after the first evaluation that sees it.
+rewritten while nothing a reader acts on changes (a write in the steady window must be one
+`reader_would_notice` calls for, such as a learned figure settling past its band on a slow
+machine); a change of replicas or of a condition is in status after the first evaluation that
+sees it.
 
 One engine-simulator pod under a light, paced load (two short completions a second, too few
 for the workload to be learned within the test); the autoscaler evaluates every 2 s. The
@@ -13,6 +15,7 @@ which is what an apply per evaluation used to write. Evaluations are counted on 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +37,8 @@ from _operator_harness import (
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.apiserver_metrics import api_writes
 from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.core.autoscale.freshness import reader_would_notice
+from tokenpilot.core.conditions import RECONCILER_TYPES
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -90,6 +95,16 @@ def autoscaling(client: KubeClient, namespace: str) -> dict[str, Any]:
     return dict((get_llms(client, namespace, NAME).get("status") or {}).get("autoscaling") or {})
 
 
+def autoscaler_part(llms: dict[str, Any]) -> dict[str, Any]:
+    """What the autoscaler writes of a status, as it applies it."""
+    status = llms.get("status") or {}
+    part = {k: status[k] for k in ("autoscaling", "workload", "engineCosts") if k in status}
+    mine = [c for c in status.get("conditions") or () if c["type"] not in RECONCILER_TYPES]
+    if mine:
+        part["conditions"] = mine
+    return part
+
+
 def condition(client: KubeClient, namespace: str, type_: str) -> dict[str, Any]:
     conditions = (get_llms(client, namespace, NAME).get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == type_), {})
@@ -135,18 +150,41 @@ def test_a_steady_status_is_not_rewritten_and_a_change_is_written_at_once(
         eventually(settled, timeout_s=120, interval_s=0.0, what="two evaluations with no write")
         shown = autoscaling(client, namespace)
 
+        # Steady: every status the API server holds over the next evaluations, as written.
         writes_before, evaluated_before = status_writes(client), evaluations(port, namespace)
+        seen = [autoscaler_part(get_llms(client, namespace, NAME))]
+
+        def steady_for_long_enough() -> bool:
+            now = autoscaler_part(get_llms(client, namespace, NAME))
+            if now != seen[-1]:
+                seen.append(now)
+            return evaluations(port, namespace) >= evaluated_before + STEADY_EVALUATIONS
+
         eventually(
-            lambda: evaluations(port, namespace) >= evaluated_before + STEADY_EVALUATIONS,
+            steady_for_long_enough,
             timeout_s=STEADY_EVALUATIONS * INTERVAL_S * 3,
-            interval_s=0.2,
+            interval_s=0.05,
             what=f"{STEADY_EVALUATIONS} evaluations",
         )
         writes = status_writes(client) - writes_before
         evaluated = evaluations(port, namespace) - evaluated_before
-        assert autoscaling(client, namespace) == shown
-        assert writes == 0, (writes, evaluated)
-        print(f"{evaluated:.0f} evaluations, no status write; outcome {shown['reasonCode']}")
+        outcome = ("desiredReplicas", "mode", "reasonCode")
+        assert {k: autoscaling(client, namespace)[k] for k in outcome} == {
+            k: shown[k] for k in outcome
+        }
+        # A learned figure may still settle past its band on a slow machine; such a write is
+        # one a reader would notice. A write of new words alone is not.
+        unnoticed = [
+            (before, after)
+            for before, after in itertools.pairwise(seen)
+            if not reader_would_notice(before, after)
+        ]
+        assert not unnoticed, unnoticed
+        assert writes <= len(seen) - 1 < evaluated / 2, (writes, len(seen) - 1, evaluated)
+        print(
+            f"{evaluated:.0f} evaluations, {writes:.0f} status writes, each a change a reader "
+            f"would notice; outcome {shown['reasonCode']}"
+        )
 
         # A change of replicas: written by the first evaluation that reads it.
         patch_spec(client, namespace, NAME, {"autoscaling": {"minReplicas": 2}})

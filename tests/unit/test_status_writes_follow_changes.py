@@ -99,6 +99,23 @@ def test_a_condition_that_flips_is_written_at_once() -> None:
     assert metrics[0]["status"] != "True"
 
 
+def test_a_condition_whose_words_name_another_fault_is_written_at_once() -> None:
+    """Still blind, for a new reason: Prometheus answered no series, now it answers NaN. The
+    message is what a reader fixes, so it does not wait for the refresh."""
+    shown = _status()
+    shown["conditions"] = [
+        {
+            "type": "MetricsAvailable",
+            "status": "False",
+            "reason": "MissingMetrics",
+            "message": "a signal the autoscaler needs is missing: no series for 0 of 2 ready pods",
+        }
+    ]
+    nan = _status()
+    nan["conditions"] = [dict(shown["conditions"][0], message="a signal ... is NaN")]
+    assert should_write(shown, nan, since_applied_s=1.0)
+
+
 def _status(replicas: int = 2, reason: str = "steady", mean: float = 1000.0) -> dict[str, Any]:
     return {
         "autoscaling": {

@@ -1,15 +1,16 @@
 """When the autoscaler writes its status: when a reader would notice, not at every evaluation.
 
 A reader of `kubectl get` or of status acts on the outcome (desired replicas, mode, reason
-code) and on the conditions (status, reason, observed generation); an evaluation that changes
-any of them writes status at once. The words (`status.autoscaling.reason`, the conditions'
-messages) and the learned figures (`status.workload`, `status.engineCosts`) go with that
-write; on their own they are written when a learned figure moves by more than `FIGURE_BAND` of
-what status shows, when one appears or goes, when the re-tune would make something else of
-them (a workload it now trusts, a cost term it now prices), and otherwise at least every
-`STATUS_REFRESH_S`. A learned figure is an estimate from a window of requests whose own noise
-is a few percent; writing every wobble would cost the API server an apply per service per
-evaluation and tell a reader nothing.
+code) and on the conditions (status, reason, message, observed generation: a condition's
+message names what is wrong and the fix, and carries no figure that moves every evaluation);
+an evaluation that changes any of them writes status at once. The decision's words
+(`status.autoscaling.reason`) and the learned figures (`status.workload`,
+`status.engineCosts`) go with that write; on their own they are written when a learned figure
+moves by more than `FIGURE_BAND` of what status shows, when one appears or goes, when the
+re-tune would make something else of them (a workload it now trusts, a cost term it now
+prices), and otherwise at least every `STATUS_REFRESH_S`. A learned figure is an estimate
+from a window of requests whose own noise is a few percent; writing every wobble would cost
+the API server an apply per service per evaluation and tell a reader nothing.
 
 Every evaluation's figures go to the operator's metrics, where dashboards read them.
 """
@@ -86,9 +87,15 @@ def _verdicts(status: Mapping[str, Any]) -> tuple[bool | float, ...]:
 
 
 def _states(conditions: Any) -> list[tuple[Any, ...]]:
-    """What a reader acts on in each condition; its message rides along with them."""
+    """What a reader acts on in each condition: all of it but when it last flipped."""
     return [
-        (c.get("type"), c.get("status"), c.get("reason"), c.get("observedGeneration"))
+        (
+            c.get("type"),
+            c.get("status"),
+            c.get("reason"),
+            c.get("message"),
+            c.get("observedGeneration"),
+        )
         for c in conditions or ()
     ]
 
