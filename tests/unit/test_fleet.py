@@ -64,9 +64,9 @@ def test_one_replica_far_below_load_collapses() -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_doubling_the_rate_never_lowers_gpu_hours_of_autoscalers(seed: int) -> None:
     # The doubled trace holds every request of the single one plus as many again.
-    single = poisson(3.0, 600.0, seed=seed, median_prompt_tokens=1500, median_output_tokens=150)
+    single = poisson(3.0, 300.0, seed=seed, median_prompt_tokens=1500, median_output_tokens=150)
     extra = poisson(
-        3.0, 600.0, seed=seed + 1000, median_prompt_tokens=1500, median_output_tokens=150
+        3.0, 300.0, seed=seed + 1000, median_prompt_tokens=1500, median_output_tokens=150
     )
     double = merged(single, extra)
     base, doubled = run_all(single), run_all(double)
@@ -176,7 +176,7 @@ def test_static_sizing_is_the_fewest_replicas_meeting_the_peak() -> None:
 def test_every_contender_is_sized_on_the_budget_it_runs() -> None:
     # A load where one replica's capacity depends on the budget: the opening fleet and the
     # static fleet are sized on each contender's own engine, never on another budget's.
-    trace = poisson(10.0, 600.0, seed=8, median_prompt_tokens=1500, median_output_tokens=150)
+    trace = poisson(10.0, 300.0, seed=8, median_prompt_tokens=1500, median_output_tokens=150)
     entries, sizing = contenders(
         POLICY_NAMES,
         trace,
