@@ -65,9 +65,12 @@ test-kind: venv tools system-deps kind
 	hack/build-images.sh operator engine-sim
 	e2e/run-kind.sh --provider podman
 
-# Every tier; the kind tier last, after the image tier (e2e/test_images.py) has passed.
+# Every tier; the kind tier last, after the image tier (e2e/test_images.py) has passed. The
+# unit tier is pure and runs on two workers; the others share one dev cluster and run in turn,
+# their slowest tests listed so a slow day shows where the time went.
 test: venv tools system-deps engine-deps images kind lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest --ignore=tests/unit --durations=25 $(PYTEST_ARGS)
 	e2e/run-kind.sh --provider podman
 
 demo: venv tools

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import pytest
 from _virtual_time import run_virtual
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.metrics import PodEndpoint
-from tokenpilot.runtime.evaluator import Due, Evaluator
+from tokenpilot.runtime.evaluator import ROUND_S, Due, Evaluator
 from tokenpilot.runtime.service_loop import (
     FALLBACK_INTERVAL_S,
     AutoscalerConfig,
@@ -136,3 +137,67 @@ def test_the_gap_between_a_services_evaluations_is_measured_start_to_start() -> 
     count = next(s.value for s in gaps if s.name.endswith("_count"))
     total = next(s.value for s in gaps if s.name.endswith("_sum"))
     assert (count, total) == (2.0, 17.0)  # the first evaluation has no gap before it
+
+
+@dataclass
+class LoopClock:
+    """The event loop's (virtual) time as the runtime's clock."""
+
+    def monotonic_s(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def now_rfc3339(self) -> str:
+        return "2026-12-02T00:00:00Z"
+
+
+def test_rounds_share_listings_and_each_service_keeps_its_interval(monkeypatch: Any) -> None:
+    """200 services whose evaluations have drifted apart (each first seen at its own moment)
+    are listed about once every ROUND_S, not once per evaluation, and each is evaluated every
+    ITS_INTERVAL_S on average, neither more often nor less."""
+    from tokenpilot.runtime import evaluator as module
+
+    num_services, span_s = 200, 140.0
+    listings: list[float] = []
+    bodies = [
+        {
+            "metadata": {"namespace": "team", "name": f"svc-{i}"},
+            "spec": {"autoscaling": {"enabled": True}},
+        }
+        for i in range(num_services)
+    ]
+
+    def listed(*_: Any) -> list[dict[str, Any]]:
+        listings.append(asyncio.get_event_loop().time())
+        return bodies
+
+    monkeypatch.setattr(module, "list_llmservices", listed)
+    monkeypatch.setattr(module, "ready_engine_pods_by_service", lambda *_: {})
+    runtime = AutoscalerRuntime(AutoscalerConfig(), clock=LoopClock())
+    client = cast(KubeClient, None)
+    evaluator = Evaluator(runtime, client)
+    api = SharedApi(call_s=0.0005)
+    for index in range(num_services):
+        key = ("team", f"svc-{index}")
+        loop = QueueingLoop(runtime, client, *key)
+        loop.api = api
+        evaluator.loops[key] = loop
+        # Spread over one interval, as services created or resumed at different times are.
+        evaluator.due_s[key] = ITS_INTERVAL_S * index / num_services
+
+    async def rounds() -> None:
+        async def to_thread(fn: Any, *args: Any) -> Any:
+            return fn(*args)
+
+        monkeypatch.setattr(module.asyncio, "to_thread", to_thread)
+        try:
+            while asyncio.get_running_loop().time() < span_s:
+                await asyncio.sleep(await evaluator.round())
+        finally:
+            await runtime.sources.aclose()
+
+    run_virtual(rounds())
+    evaluations = runtime.metrics.evaluation_gap_s.collect()[0].samples
+    count = next(s.value for s in evaluations if s.name.endswith("_count"))
+    total = next(s.value for s in evaluations if s.name.endswith("_sum"))
+    assert total / count == pytest.approx(ITS_INTERVAL_S, rel=0.01)
+    assert len(listings) / span_s <= 1.1 / ROUND_S, len(listings)

@@ -52,6 +52,9 @@ class OperatorMetrics:
     """The operator's metric families, on their own registry."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # The SKU each service's cost series is labelled with, so an evaluation finds its own
+    # series without scanning every service's.
+    _cost_sku: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -218,11 +221,15 @@ class OperatorMetrics:
         self, namespace: str, name: str, sku: str | None, usd_per_hour: float | None
     ) -> None:
         """One replica's hourly cost on `sku`; only the current SKU keeps a series."""
-        for labels in list(self.replica_hourly_cost._metrics):
-            if labels[:2] == (namespace, name) and (usd_per_hour is None or labels[2] != sku):
-                self.replica_hourly_cost.remove(*labels)
+        key = (namespace, name)
+        shown = self._cost_sku.get(key)
+        if shown is not None and (usd_per_hour is None or shown != sku):
+            with contextlib.suppress(KeyError):
+                self.replica_hourly_cost.remove(namespace, name, shown)
+            del self._cost_sku[key]
         if sku is not None and usd_per_hour is not None:
             self.replica_hourly_cost.labels(namespace, name, sku).set(usd_per_hour)
+            self._cost_sku[key] = sku
 
     def forget(self, namespace: str, name: str) -> None:
         """Remove a deleted service's per-service series (the decisions counter included)."""
@@ -243,6 +250,7 @@ class OperatorMetrics:
             self.reconcile_errors,
         ):
             self._drop(gauge, namespace, name)
+        self._cost_sku.pop((namespace, name), None)
         for family in (self.decisions, self.replica_hourly_cost):
             for labels in list(family._metrics):
                 if labels[:2] == (namespace, name):

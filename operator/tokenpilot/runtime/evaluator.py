@@ -2,10 +2,15 @@
 
 Each round lists the LLMServices and the engine pods of the operator's namespaces, one listing
 each per namespace whatever the number of services, and evaluates every one with
-spec.autoscaling.enabled whose own `spec.autoscaling.interval` (5 s by default) has elapsed,
-`max_under_way` at a time (runtime.service_loop). No per-object daemon or timer: kopf would put
-its finalizer on every autoscaled object, and an LLMService could not be deleted while the
-operator is down. Deletion stays the garbage collector's job, as for the reconciler.
+spec.autoscaling.enabled that is due (its own `spec.autoscaling.interval`, 5 s by default, has
+elapsed) or will be within `ROUND_S`, `max_under_way` at a time (runtime.service_loop). A
+service evaluated early is next due an interval after it was due, so its cadence is its
+interval; the services due within one round share its listings, so rounds come at most once
+every `ROUND_S` while they keep up, however many services there are.
+
+No per-object daemon or timer: kopf would put its finalizer on every autoscaled object, and an
+LLMService could not be deleted while the operator is down. Deletion stays the garbage
+collector's job, as for the reconciler.
 
 Every evaluation has a time limit and its own error handling, so a broken engine or an
 unreachable Prometheus holds that service only.
@@ -34,6 +39,8 @@ log = logging.getLogger("tokenpilot.autoscaler")
 EVALUATION_TIMEOUT_S = 30.0
 # The longest the loop sleeps between listings, so a new service is seen this soon.
 MAX_IDLE_S = 2.0
+# How far ahead of its due time a round evaluates a service rather than list again for it.
+ROUND_S = 1.0
 # How many evaluations a round runs at once. Their API calls share asyncio's thread pool (six
 # threads on two cores), so more at once only queue there, each deciding on a reading that
 # ages while it waits for a thread (docs/reliability.md, Soak). A bounded evaluation scrapes,
@@ -86,16 +93,19 @@ class Evaluator:
             self._forget(key)
         self.memories.keep_only(bodies)
         now_s = clock.monotonic_s()
-        due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s]
+        due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s + ROUND_S]
         if due:
             pods = await asyncio.to_thread(
                 ready_engine_pods_by_service, self.client, self.namespaces
             )
             waits = await self.evaluate_all([(key, bodies[key], pods.get(key, ())) for key in due])
             for key, wait_s in zip(due, waits, strict=True):
-                self.due_s[key] = now_s + wait_s
+                # Early: an interval after it was due; late: an interval from now.
+                self.due_s[key] = max(self.due_s.get(key, now_s), now_s) + wait_s
         await self.write_memories(only_due=True)
-        next_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S) - clock.monotonic_s()
+        # Everything due before now + ROUND_S was taken: the next round is no sooner.
+        next_due_s = min(self.due_s.values(), default=now_s + MAX_IDLE_S + ROUND_S) - ROUND_S
+        next_s = max(next_due_s, now_s + ROUND_S) - clock.monotonic_s()
         return max(0.0, min(next_s, MAX_IDLE_S))
 
     async def evaluate_all(self, due: Sequence[Due]) -> list[float]:
