@@ -41,3 +41,33 @@ def test_live_metrics_match_the_committed_fixture(vllm_server: VllmServer) -> No
     )
     # Guard against comparing two empty pages.
     assert expected["vllm:time_to_first_token_seconds"].type == "histogram"
+
+
+def test_the_autoscalers_scrape_reads_real_vllm_as_an_http_client_does(
+    vllm_server: VllmServer,
+) -> None:
+    """The direct source's own HTTP client and parser, against vLLM's server, give the sample
+    that httpx's page gives: three scrapes over one kept-alive connection."""
+    import asyncio
+
+    from tokenpilot.adapters.metrics import DirectSource, PodEndpoint, ServiceTarget
+    from tokenpilot.adapters.metrics.parse import ENGINE_FAMILIES, engine_sample, parse_metrics
+
+    serve_sample_requests(vllm_server.base_url, vllm_server.config.served_model_name)
+    url = f"{vllm_server.base_url}/metrics"
+    target = ServiceTarget("ns", "llm", 1, 1, (PodEndpoint("vllm-0", url),))
+
+    async def scrapes() -> list[object]:
+        source = DirectSource()
+        try:
+            return [await source.read(target, float(i)) for i in range(3)]
+        finally:
+            await source.aclose()
+
+    read = asyncio.run(scrapes())
+    expected = engine_sample(parse_metrics(httpx.get(url, timeout=30.0).text, ENGINE_FAMILIES), 2.0)
+    for scrape in read:
+        assert scrape.problems == () and set(scrape.samples) == {"vllm-0"}  # type: ignore[attr-defined]
+    last = read[-1].samples["vllm-0"]  # type: ignore[attr-defined]
+    assert last.requests_total == expected.requests_total and last.requests_total > 0
+    assert last.prompt_len_buckets == expected.prompt_len_buckets
