@@ -191,3 +191,16 @@ def test_real_vllms_page_gives_the_itl_histograms_sum_and_count() -> None:
     assert sample.itl_buckets is not None
     assert sample.itl_buckets[-1][1] == 52.0
     assert sample.itl_sum_s == pytest.approx(0.090983736)
+
+
+async def test_an_https_engine_url_is_a_problem_that_says_so():
+    source = DirectSource()
+    try:
+        scrapes = await source.read(target(["https://127.0.0.1:8443/metrics"]), 0.0)
+    finally:
+        await source.aclose()
+    assert scrapes.samples == {}
+    assert scrapes.problems == (
+        "pod llm-0: https://127.0.0.1:8443/metrics: only http:// engine URLs are scraped, "
+        "not 'https://127.0.0.1:8443/metrics'",
+    )

@@ -63,7 +63,7 @@ class DirectSource:
             except TimeoutError:
                 return f"no answer from {pod.metrics_url} within the scrape timeout"
             except PageError as error:
-                return f"{pod.metrics_url} answered no HTTP page ({error})"
+                return f"{pod.metrics_url}: {error}"
             except (OSError, EOFError) as error:
                 why = str(error) or "the connection closed"
                 return f"cannot reach {pod.metrics_url} ({type(error).__name__}: {why})"
