@@ -101,6 +101,14 @@ def test_an_evaluation_over_its_limit_waits_the_fallback_interval() -> None:
     assert waits == [FALLBACK_INTERVAL_S]
 
 
+def gaps_count_and_sum(runtime: AutoscalerRuntime) -> tuple[float, float]:
+    """How many start-to-start gaps the operator measured, and their total in seconds."""
+    samples = runtime.metrics.evaluation_gap_s.collect()[0].samples
+    count = next(s.value for s in samples if s.name.endswith("_count"))
+    total = next(s.value for s in samples if s.name.endswith("_sum"))
+    return count, total
+
+
 @dataclass
 class StepClock:
     """A clock the test moves."""
@@ -133,10 +141,7 @@ def test_the_gap_between_a_services_evaluations_is_measured_start_to_start() -> 
             await runtime.sources.aclose()
 
     run_virtual(rounds())
-    gaps = runtime.metrics.evaluation_gap_s.collect()[0].samples
-    count = next(s.value for s in gaps if s.name.endswith("_count"))
-    total = next(s.value for s in gaps if s.name.endswith("_sum"))
-    assert (count, total) == (2.0, 17.0)  # the first evaluation has no gap before it
+    assert gaps_count_and_sum(runtime) == (2.0, 17.0)  # the first evaluation has no gap before it
 
 
 @dataclass
@@ -196,8 +201,6 @@ def test_rounds_share_listings_and_each_service_keeps_its_interval(monkeypatch: 
             await runtime.sources.aclose()
 
     run_virtual(rounds())
-    evaluations = runtime.metrics.evaluation_gap_s.collect()[0].samples
-    count = next(s.value for s in evaluations if s.name.endswith("_count"))
-    total = next(s.value for s in evaluations if s.name.endswith("_sum"))
+    count, total = gaps_count_and_sum(runtime)
     assert total / count == pytest.approx(ITS_INTERVAL_S, rel=0.01)
     assert len(listings) / span_s <= 1.1 / ROUND_S, len(listings)

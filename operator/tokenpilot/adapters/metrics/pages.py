@@ -184,12 +184,10 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> tuple[
         _check_size(length)
         return await reader.readexactly(length), True
     # Neither: the body runs to the end of the connection.
-    body = await reader.read(MAX_PAGE_BYTES + 1)
+    body = b""
     while not reader.at_eof():
-        more = await reader.read(MAX_PAGE_BYTES + 1 - len(body))
-        body += more
+        body += await reader.read(MAX_PAGE_BYTES + 1 - len(body))
         _check_size(len(body))
-    _check_size(len(body))
     return body, False
 
 
