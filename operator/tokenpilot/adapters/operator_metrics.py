@@ -153,6 +153,14 @@ class OperatorMetrics:
             buckets=GAP_BUCKETS_S,
             registry=r,
         )
+        self.round_reads = Counter(
+            "tokenpilot_round_reads",
+            "What the autoscaler's rounds read the LLMServices and the Ready engine pods from: "
+            "`watch` (the watch-fed cache) or `listing` (listed, while the cache was not "
+            "current).",
+            ("kind", "source"),
+            registry=r,
+        )
         self.reconcile_errors = Counter(
             "tokenpilot_reconcile_errors",
             "Reconciles that failed talking to the API server.",

@@ -35,6 +35,7 @@ async def _start_autoscaler(memo: Any, **_: Any) -> None:
     runtime = AutoscalerRuntime(config, metrics=metrics, clock=shared.clock)
     memo.autoscaler = runtime
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
+    evaluator.watch()
     memo.autoscaler_evaluator = evaluator
     memo.autoscaler_task = asyncio.create_task(run_forever(evaluator), name="autoscaler")
 
@@ -44,6 +45,7 @@ async def _stop_autoscaler(memo: Any, **_: Any) -> None:
     await background.stop(getattr(memo, "autoscaler_task", None))
     evaluator: Evaluator | None = getattr(memo, "autoscaler_evaluator", None)
     if evaluator is not None:
+        evaluator.stop_watching()
         # What the next process resumes (an upgrade's rolling update stops the leader this
         # way); bounded, so a stuck API server cannot hold the shutdown.
         try:

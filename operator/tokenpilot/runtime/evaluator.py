@@ -1,7 +1,9 @@
 """The autoscaler loop: one operator-wide task evaluating every autoscaling LLMService.
 
-Each round lists the LLMServices and the engine pods of the operator's namespaces, one listing
-each per namespace whatever the number of services, and evaluates every one with
+Each round reads the LLMServices and the Ready engine pods of the operator's namespaces from
+watch-fed caches (adapters/kube/watch.py; listed once, then kept current by a watch), or, while
+a cache is not current, lists them (one listing each per namespace whatever the number of
+services), and evaluates every one with
 spec.autoscaling.enabled that is due (its own `spec.autoscaling.interval`, 5 s by default, has
 elapsed) or will be within `ROUND_S`, `max_under_way` at a time (runtime.service_loop). A
 service evaluated early is next due an interval after it was due, so its cadence is its
@@ -27,7 +29,15 @@ from typing import Any
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
 from tokenpilot.adapters.kube.llmservices import list_llmservices
-from tokenpilot.adapters.kube.pods import ready_engine_pods_by_service
+from tokenpilot.adapters.kube.pods import (
+    ENGINE_PODS,
+    PODS,
+    by_service,
+    engine_endpoint,
+    ready_engine_pods_by_service,
+)
+from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.adapters.kube.watch import WatchCache
 from tokenpilot.adapters.metrics import PodEndpoint
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.runtime.memories import Key, MemoryKeeper
@@ -71,11 +81,47 @@ class Evaluator:
     started_s: dict[Key, float] = field(default_factory=dict)  # each one's last evaluation
     max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
     evaluation_timeout_s: float = EVALUATION_TIMEOUT_S
+    # Watch-fed caches of the LLMServices and of the Ready engine pods (`watched`); without
+    # them, or while one is not current, a round lists.
+    services_cache: WatchCache | None = None
+    pods_cache: WatchCache | None = None
     memories: MemoryKeeper = field(init=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.memories = MemoryKeeper(self.client, self.runtime.config.memory_namespace)
+
+    def watch(self) -> None:
+        """Start the caches: rounds read them from their first listing on."""
+        self.services_cache = WatchCache(self.client, LLMSERVICES, self.namespaces)
+        self.pods_cache = WatchCache(
+            self.client, PODS, self.namespaces, query=ENGINE_PODS, keep=engine_endpoint
+        )
+        self.services_cache.start()
+        self.pods_cache.start()
+
+    def stop_watching(self) -> None:
+        for cache in (self.services_cache, self.pods_cache):
+            if cache is not None:
+                cache.stop()
+
+    async def _llmservices(self) -> list[dict[str, Any]]:
+        cached = self.services_cache.snapshot() if self.services_cache else None
+        self._count_read("llmservices", cached)
+        if cached is not None:
+            return cached
+        return await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
+
+    async def _ready_pods(self) -> dict[Key, tuple[PodEndpoint, ...]]:
+        cached = self.pods_cache.snapshot() if self.pods_cache else None
+        self._count_read("pods", cached)
+        if cached is not None:
+            return by_service(cached)
+        return await asyncio.to_thread(ready_engine_pods_by_service, self.client, self.namespaces)
+
+    def _count_read(self, kind: str, cached: list[Any] | None) -> None:
+        source = "listing" if cached is None else "watch"
+        self.runtime.metrics.round_reads.labels(kind, source).inc()
 
     async def round(self) -> float:
         """Evaluate every due service, `max_under_way` at a time; returns the seconds until
@@ -83,7 +129,7 @@ class Evaluator:
         evaluations faster than the API calls behind them finished (docs/reliability.md)."""
         clock = self.runtime.clock
         await self.memories.read(clock.monotonic_s())
-        items = await asyncio.to_thread(list_llmservices, self.client, self.namespaces)
+        items = await self._llmservices()
         bodies = {
             (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
             for item in items
@@ -95,9 +141,7 @@ class Evaluator:
         now_s = clock.monotonic_s()
         due = [key for key in bodies if self.due_s.get(key, now_s) <= now_s + ROUND_S]
         if due:
-            pods = await asyncio.to_thread(
-                ready_engine_pods_by_service, self.client, self.namespaces
-            )
+            pods = await self._ready_pods()
             waits = await self.evaluate_all([(key, bodies[key], pods.get(key, ())) for key in due])
             for key, wait_s in zip(due, waits, strict=True):
                 # Early: an interval after it was due; late: an interval from now.

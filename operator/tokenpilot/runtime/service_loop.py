@@ -103,6 +103,8 @@ class ServiceLoop:
     _model: tuple[tuple[int, int, int], GPUProfile, ReplicaModel] | None = field(
         default=None, init=False, repr=False
     )
+    # The last body read, by its resourceVersion: an unchanged object is not validated again.
+    _read: tuple[str, LLMService] | None = field(default=None, init=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -114,7 +116,7 @@ class ServiceLoop:
         clock = self.runtime.clock
         started_s = clock.monotonic_s()
         try:
-            service = LLMService.model_validate(dict(body))
+            service = self._service(body)
             policy = policy_from_spec(service.spec, self._replica_model(service, pods))
             interval_s = evaluation_interval_s(service.spec)
         except (ValidationError, InvalidSpec) as error:
@@ -152,6 +154,16 @@ class ServiceLoop:
         await self._carry_out(service, actions, previous=state)
         self._export(service, policy, decision, clock.monotonic_s() - started_s)
         return interval_s
+
+    def _service(self, body: Mapping[str, Any]) -> LLMService:
+        """`body` read as an LLMService; the last reading when its resourceVersion is the same
+        (most evaluations: the status is written only when a reader would notice)."""
+        version = str(body.get("metadata", {}).get("resourceVersion") or "")
+        if version and self._read is not None and self._read[0] == version:
+            return self._read[1]
+        service = LLMService.model_validate(dict(body))
+        self._read = (version, service) if version else None
+        return service
 
     def _first_state(self, fresh: ServiceState) -> ServiceState:
         """`fresh`, with the memory an earlier process wrote where there is one."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -115,16 +115,48 @@ class KubeClient:
         except urllib3.exceptions.HTTPError as exc:
             # Connection refused, TLS failure, timeout: a KubeError callers already handle.
             raise KubeError(0, f"{method} {path} on {self.host} failed: {exc}") from None
-        raw = response.data or b"{}"
-        try:
-            decoded: dict[str, Any] = json.loads(raw)
-        except ValueError:
-            decoded = {"message": raw.decode(errors="replace")[:500]}
+        decoded = _decoded(response.data or b"{}")
         if response.status >= 400:
             message = str(decoded.get("message", response.reason))
             error = {404: NotFound, 409: Conflict}.get(response.status, KubeError)
             raise error(response.status, message, decoded)
         return decoded
+
+    def stream(
+        self, path: str, query: dict[str, str], *, read_timeout_s: float
+    ) -> Iterator[dict[str, Any]]:
+        """The JSON objects of a streamed GET, one a line (a watch's events), as they come;
+        KubeError when the request is refused or the connection fails, or when nothing at all
+        arrives for `read_timeout_s` (a half-open connection must not look like a quiet one)."""
+        url_path = f"{path}?{urlencode(query)}"
+        serialized = self.api.param_serialize(
+            "GET",
+            url_path,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(
+                *serialized, _request_timeout=(self.timeout_s, read_timeout_s)
+            )
+            raw = response.response
+            if response.status >= 400:
+                decoded = _decoded(raw.read())
+                message = str(decoded.get("message", response.reason))
+                error = {404: NotFound, 409: Conflict}.get(response.status, KubeError)
+                raise error(response.status, message, decoded)
+            pending = b""
+            try:
+                for chunk in raw.stream(64 * 1024):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _decoded(line)
+            finally:
+                raw.release_conn()
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeError(0, f"GET {path} (streamed) on {self.host} failed: {exc}") from None
 
     def text(self, path: str) -> str:
         """A plain-text endpoint such as /metrics."""
@@ -146,6 +178,17 @@ class KubeClient:
 
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
+
+
+def _decoded(raw: bytes) -> dict[str, Any]:
+    """A JSON object; the text itself as its message when it is none (a proxy's HTML page)."""
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict):
+        return {"message": raw.decode(errors="replace")[:500]}
+    return decoded
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,7 +3,7 @@ the Ready ones with their /metrics as the metrics sources need them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,14 +33,36 @@ def ready_engine_pods_by_service(
     """The Ready engine pods of every LLMService in `namespaces` (all namespaces when empty),
     keyed by (namespace, service) and sorted by name: one listing per namespace, not one per
     service, so a round of the autoscaler costs the API server the same at 1 or 1,000 services."""
-    by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    engines = list_in(client, PODS, namespaces, query={"labelSelector": SERVICE_LABEL})
-    for pod in filter(_ready, engines):
-        meta = pod["metadata"]
-        service = selected_by(meta.get("labels") or {})
-        if service is not None:
-            by_service.setdefault((meta["namespace"], service), []).append(pod)
-    return {key: _endpoints(_by_name(pods)) for key, pods in by_service.items()}
+    engines = list_in(client, PODS, namespaces, query=ENGINE_PODS)
+    return by_service(filter(None, map(engine_endpoint, engines)))
+
+
+# The query that picks every engine pod: those with a service label.
+ENGINE_PODS = {"labelSelector": SERVICE_LABEL}
+
+ServiceEndpoint = tuple[tuple[str, str], PodEndpoint]
+
+
+def engine_endpoint(pod: Mapping[str, Any]) -> ServiceEndpoint | None:
+    """(namespace, service) and the endpoint of a Ready engine pod; None for a pod that is not
+    Ready, is terminating, or serves no service (what a cache of Ready engine pods keeps)."""
+    if not _ready(pod):
+        return None
+    meta = pod["metadata"]
+    service = selected_by(meta.get("labels") or {})
+    if service is None:
+        return None
+    return (meta["namespace"], service), _endpoints([dict(pod)])[0]
+
+
+def by_service(
+    endpoints: Iterable[ServiceEndpoint],
+) -> dict[tuple[str, str], tuple[PodEndpoint, ...]]:
+    """Endpoints grouped by (namespace, service), each group sorted by pod name."""
+    grouped: dict[tuple[str, str], list[PodEndpoint]] = {}
+    for key, endpoint in endpoints:
+        grouped.setdefault(key, []).append(endpoint)
+    return {key: tuple(sorted(group, key=lambda e: e.name)) for key, group in grouped.items()}
 
 
 def ready_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[str, Any]]:
