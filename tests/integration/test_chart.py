@@ -283,6 +283,30 @@ def test_two_replicas_elect_a_leader_and_survive_a_drain() -> None:
     assert not by_kind(render(sets=("replicaCount=1",)), "PodDisruptionBudget")
 
 
+def test_autoscaler_shards_give_every_replica_its_share_and_their_leases() -> None:
+    """With autoscalerShards the replicas share the services: each is told the shard count
+    and how many replicas share them, and may renew each shard's Lease and its want Lease,
+    by name; a count that does not divide the 16 memory shards is refused."""
+    manifests = render(sets=("autoscalerShards=4", "replicaCount=3"))
+    (deployment,) = by_kind(manifests, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--autoscaler-shards=4" in container["args"]
+    assert "--autoscaler-replicas=3" in container["args"]
+    fullname = deployment["metadata"]["name"]
+    (role,) = by_kind(manifests, "Role")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named[0]["resourceNames"] == [
+        fullname,
+        *[f"{fullname}-shard-{k}{want}" for k in range(4) for want in ("", "-want")],
+    ]
+    (deployment,) = by_kind(render(), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert not any(a.startswith("--autoscaler-shards") for a in container["args"])
+    result = helm("template", "tp", str(CHART), "--set", "autoscalerShards=3")
+    assert result.returncode != 0
+    assert "autoscalerShards" in result.stderr and "1, 2, 4, 8, 16" in result.stderr
+
+
 def test_the_network_policy_admits_gateway_prometheus_operator_and_calibration() -> None:
     assert not by_kind(render(), "NetworkPolicy")
     (policy,) = by_kind(

@@ -64,6 +64,12 @@ class OperatorMetrics:
             "1 while this replica leads (runs the handlers), 0 while it stands by.",
             registry=r,
         )
+        self.shards_held = Gauge(
+            "tokenpilot_autoscaler_shards_held",
+            "Autoscaler shards this replica holds and evaluates (--autoscaler-shards; without "
+            "shards, 1 on the leader).",
+            registry=r,
+        )
         self.desired_replicas = Gauge(
             "tokenpilot_desired_replicas", "Replicas the autoscaler asked for.", SERVICE, registry=r
         )

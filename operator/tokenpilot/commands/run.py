@@ -103,6 +103,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--leader-election-retry-period", type=float, default=2.0, metavar="SECONDS",
         help="how often the Lease is renewed or tried (default 2)",
     )  # fmt: skip
+    election.add_argument(
+        "--autoscaler-shards", default="1", metavar="N",
+        help="split the autoscaled services into N shards (1, 2, 4, 8 or 16), each held by one "
+        "replica on a Lease of its own, so every replica evaluates its share (default 1: the "
+        "leader evaluates every service)",
+    )  # fmt: skip
+    election.add_argument(
+        "--autoscaler-replicas", default="1", metavar="R",
+        help="how many replicas share the shards (the Deployment's replicas; each holds about "
+        "N / R of them)",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -165,6 +176,30 @@ def leader_election(args: argparse.Namespace) -> LeaderElection | None:
     )
 
 
+def _shards(args: argparse.Namespace) -> tuple[int, int]:
+    """(shards, replicas) from the flags; InvalidSpec naming the flag when they are wrong."""
+    from tokenpilot.core.shards import shards_problem
+
+    numbers = []
+    for option, text in (
+        ("--autoscaler-shards", args.autoscaler_shards),
+        ("--autoscaler-replicas", args.autoscaler_replicas),
+    ):
+        if not str(text).strip().isdigit():
+            raise InvalidSpec(f"{option} {text}: write a whole number, e.g. {option} 4")
+        numbers.append(int(text))
+    shards, replicas = numbers
+    problem = shards_problem(shards, replicas)
+    if problem is not None:
+        raise InvalidSpec(problem)
+    if shards > 1 and not args.leader_election_lease:
+        raise InvalidSpec(
+            f"--autoscaler-shards {shards}: shards are held on Leases beside the operator's "
+            "own; add --leader-election-lease NAMESPACE/NAME"
+        )
+    return shards, replicas
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: the operator pulls in kopf and the Kubernetes client (0.4 s), which
     # `tokenpilot run --help` and the other subcommands do not need.
@@ -181,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 )
         if args.gpu_profiles_configmap is not None:
             configmap_name(args.gpu_profiles_configmap)
+        shards, replicas = _shards(args)
         config = OperatorConfig(
             kubeconfig=args.kubeconfig,
             namespaces=tuple(args.namespace),
@@ -195,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_address,
             gpu_profiles_configmap=args.gpu_profiles_configmap,
             leader_election=leader_election(args),
+            autoscaler_shards=shards,
+            autoscaler_replicas=replicas,
             calibration_image=args.calibration_image,
             calibration_args=tuple(args.calibration_arg),
         )

@@ -28,6 +28,8 @@ MEMORY_WRITE_AT_STOP_S = 10.0
 
 @kopf.on.startup()
 async def _start_autoscaler(memo: Any, **_: Any) -> None:
+    if getattr(memo, "autoscaler_sharded", False):
+        return  # every replica runs its shards' autoscaler itself (handlers/shards.py)
     config = getattr(memo, "autoscaler_config", None) or AutoscalerConfig()
     shared = memo.runtime
     # The process's registry, served since start-up (handlers.operator.operate).
@@ -35,7 +37,7 @@ async def _start_autoscaler(memo: Any, **_: Any) -> None:
     runtime = AutoscalerRuntime(config, metrics=metrics, clock=shared.clock)
     memo.autoscaler = runtime
     evaluator = Evaluator(runtime, shared.client, tuple(shared.namespaces), shared.by_name)
-    evaluator.watch()
+    evaluator.watch(shared.services)
     memo.autoscaler_evaluator = evaluator
     memo.autoscaler_task = asyncio.create_task(run_forever(evaluator), name="autoscaler")
 

@@ -26,12 +26,15 @@ from tokenpilot.adapters.kube import KubeClient, KubeconfigError, KubeError, con
 from tokenpilot.adapters.kube.calibration import MeasuredProfiles
 from tokenpilot.adapters.kube.discovery import llmservices_served, service_monitor_served
 from tokenpilot.adapters.kube.nodes import list_nodes
+from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.adapters.kube.watch import WatchCache
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.adapters.profiles import load_catalog_from_cluster
 from tokenpilot.core.calibration.cluster import JobSettings
 from tokenpilot.handlers import autoscaler, calibration, llmservice  # noqa: F401  (registers handlers)
 from tokenpilot.handlers.leadership import LeaderElection, guarded_session, lead
 from tokenpilot.handlers.reconcile import Runtime
+from tokenpilot.handlers.shards import ShardedAutoscaler
 from tokenpilot.runtime.service_loop import AutoscalerConfig
 
 log = logging.getLogger("tokenpilot.operator")
@@ -77,6 +80,10 @@ class OperatorConfig:
     metrics_address: str = "0.0.0.0"
     gpu_profiles_configmap: str | None = None  # "namespace/name" of extra GPU profiles
     leader_election: LeaderElection | None = None  # None: this replica acts alone
+    # The autoscaler's services split into this many shards across `autoscaler_replicas`
+    # replicas, each shard on its own Lease (handlers/shards.py); 1: the leader evaluates all.
+    autoscaler_shards: int = 1
+    autoscaler_replicas: int = 1
     # The calibration Job's image (the operator's own) and extra `tokenpilot calibrate` args.
     calibration_image: str = "ghcr.io/tokenpilot/operator:latest"
     calibration_args: tuple[str, ...] = ()
@@ -215,21 +222,61 @@ def operate(
     if config.metrics_port is not None:
         metrics.serve(config.metrics_port, config.metrics_address)
         log.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
-    elector = None
-    if config.leader_election is not None:
-        elector = lead(
-            config.leader_election, config.kubeconfig, config.liveness_endpoint, stop_flag
-        )
-        if elector is None:
-            return  # stopped while standing by
-        runtime.client.write_guard = elector.guard.check
-    metrics.leader.set(1)
+    # One watch-fed cache of the LLMServices for the autoscaler and the calibration loop.
+    runtime.services = WatchCache(runtime.client, LLMSERVICES, runtime.namespaces)
+    runtime.services.start()
     try:
-        _run_kopf(config, runtime, metrics, measured, stop_flag, ready_flag)
+        sharded = _sharded_autoscaler(config, runtime, metrics)
+    except BaseException:
+        runtime.services.stop()
+        raise
+    try:
+        elector = None
+        if config.leader_election is not None:
+            elector = lead(
+                config.leader_election, config.kubeconfig, config.liveness_endpoint, stop_flag
+            )
+            if elector is None:
+                return  # stopped while standing by
+            runtime.client.write_guard = elector.guard.check
+        metrics.leader.set(1)
+        try:
+            _run_kopf(
+                config, runtime, metrics, measured, stop_flag, ready_flag, sharded is not None
+            )
+        finally:
+            metrics.leader.set(0)
+            if elector is not None:
+                elector.release()
     finally:
-        metrics.leader.set(0)
-        if elector is not None:
-            elector.release()
+        if sharded is not None:
+            sharded.stop()
+        runtime.services.stop()
+
+
+def _sharded_autoscaler(
+    config: OperatorConfig, runtime: Runtime, metrics: OperatorMetrics
+) -> ShardedAutoscaler | None:
+    """With autoscaler shards, the autoscaler of this replica's shards, started (a standby
+    evaluates its shards too); None without them (kopf runs the autoscaler while leading)."""
+    if config.autoscaler_shards <= 1:
+        return None
+    if config.leader_election is None:
+        raise StartupError(
+            f"--autoscaler-shards {config.autoscaler_shards}: shards are held on Leases beside "
+            "the operator's own; add --leader-election-lease NAMESPACE/NAME"
+        )
+    sharded = ShardedAutoscaler(
+        runtime,
+        metrics,
+        config.leader_election,
+        config.kubeconfig,
+        config.autoscaler_shards,
+        config.autoscaler_replicas,
+        AutoscalerConfig(memory_namespace=_own_namespace(config)),
+    )
+    sharded.start()
+    return sharded
 
 
 def _own_namespace(config: OperatorConfig) -> str | None:
@@ -245,6 +292,7 @@ def _run_kopf(
     measured: MeasuredProfiles,
     stop_flag: threading.Event | None,
     ready_flag: threading.Event | None,
+    autoscaler_sharded: bool = False,
 ) -> None:
     asyncio.run(
         kopf.operator(
@@ -256,6 +304,8 @@ def _run_kopf(
                 # The autoscaler's memory lives beside the profiles, in the operator's own
                 # namespace (docs/autoscaling.md, Restarts).
                 autoscaler_config=AutoscalerConfig(memory_namespace=_own_namespace(config)),
+                # With shards the autoscaler runs outside kopf, in every replica.
+                autoscaler_sharded=autoscaler_sharded,
                 operator_metrics=metrics,
                 calibration=calibration.CalibrationRuntime(
                     measured,

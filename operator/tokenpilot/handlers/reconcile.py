@@ -30,6 +30,7 @@ from tokenpilot.adapters.kube.nodes import list_nodes
 from tokenpilot.adapters.kube.pods import engine_pods
 from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.kube.status import RECONCILER, apply_status
+from tokenpilot.adapters.kube.watch import WatchCache
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.errors import Infeasible, TokenPilotError
@@ -57,6 +58,9 @@ class Runtime:
     resync_interval_s: float = 60.0
     nodes: Sequence[NodeFacts] = ()
     clock: Clock = SYSTEM_CLOCK
+    # Every LLMService of the namespaces, kept by a watch (handlers/operator.py starts it);
+    # read by the autoscaler's rounds and the calibration loop instead of a listing each.
+    services: WatchCache | None = None
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 

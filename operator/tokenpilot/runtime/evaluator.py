@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.adapters.kube.autoscaler_memory import shard_of
 from tokenpilot.adapters.kube.llmservices import list_llmservices
 from tokenpilot.adapters.kube.pods import (
     ENGINE_PODS,
@@ -37,6 +38,7 @@ from tokenpilot.adapters.kube.pods import (
     ready_engine_pods_by_service,
 )
 from tokenpilot.adapters.kube.resources import LLMSERVICES
+from tokenpilot.adapters.kube.shards import ShardKeeper
 from tokenpilot.adapters.kube.watch import WatchCache
 from tokenpilot.adapters.metrics import PodEndpoint
 from tokenpilot.api.gpu_profile import GPUProfile
@@ -85,25 +87,51 @@ class Evaluator:
     # them, or while one is not current, a round lists.
     services_cache: WatchCache | None = None
     pods_cache: WatchCache | None = None
+    # With autoscaler shards (several replicas share the services): the shards this replica
+    # holds; a round evaluates only their services, each writing behind its shard's fence.
+    shards: ShardKeeper | None = None
+    _held: frozenset[int] = field(default=frozenset(), init=False, repr=False)
+    _own_caches: list[WatchCache] = field(default_factory=list, init=False, repr=False)
     memories: MemoryKeeper = field(init=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.memories = MemoryKeeper(self.client, self.runtime.config.memory_namespace)
+        shards = self.shards
+        self.memories = MemoryKeeper(
+            self.client,
+            self.runtime.config.memory_namespace,
+            owns=None if shards is None else lambda m: shards.shard_of_memory(m) in self._held,
+            client_of=None
+            if shards is None
+            else lambda m: shards.client_for(shards.shard_of_memory(m)),
+        )
 
-    def watch(self) -> None:
-        """Start the caches: rounds read them from their first listing on."""
-        self.services_cache = WatchCache(self.client, LLMSERVICES, self.namespaces)
+    def _ours(self, key: Key) -> bool:
+        return self.shards is None or self.shards.shard_of_memory(shard_of(key)) in self._held
+
+    def _client_of(self, key: Key) -> KubeClient:
+        if self.shards is None:
+            return self.client
+        return self.shards.client_for(self.shards.shard_of_memory(shard_of(key)))
+
+    def watch(self, services: WatchCache | None = None) -> None:
+        """Start the caches: rounds read them from their first listing on. `services`: the
+        operator's cache of the LLMServices (its owner starts and stops it), else one of
+        the evaluator's own."""
+        if services is None:
+            services = WatchCache(self.client, LLMSERVICES, self.namespaces)
+            services.start()
+            self._own_caches.append(services)
+        self.services_cache = services
         self.pods_cache = WatchCache(
             self.client, PODS, self.namespaces, query=ENGINE_PODS, keep=engine_endpoint
         )
-        self.services_cache.start()
         self.pods_cache.start()
+        self._own_caches.append(self.pods_cache)
 
     def stop_watching(self) -> None:
-        for cache in (self.services_cache, self.pods_cache):
-            if cache is not None:
-                cache.stop()
+        for cache in self._own_caches:
+            cache.stop()
 
     async def _llmservices(self) -> list[dict[str, Any]]:
         cached = self.services_cache.snapshot() if self.services_cache else None
@@ -128,13 +156,22 @@ class Evaluator:
         the next is due. The round waits for all of them: rounds that did not wait started
         evaluations faster than the API calls behind them finished (docs/reliability.md)."""
         clock = self.runtime.clock
+        if self.shards is None:
+            self.runtime.metrics.shards_held.set(1)  # every service: one shard, all of it
+        else:
+            held = self.shards.held()
+            if held - self._held:
+                self.memories.read_again()  # taken over: its last holder's memories are newer
+            self._held = held
+            self.runtime.metrics.shards_held.set(len(held))
         await self.memories.read(clock.monotonic_s())
         items = await self._llmservices()
-        bodies = {
-            (item["metadata"].get("namespace") or "default", item["metadata"]["name"]): item
+        keyed = (
+            ((item["metadata"].get("namespace") or "default", item["metadata"]["name"]), item)
             for item in items
             if _enabled(item)
-        }
+        )
+        bodies = {key: item for key, item in keyed if self._ours(key)}
         for key in set(self.loops) - set(bodies):
             self._forget(key)
         self.memories.keep_only(bodies)
@@ -172,7 +209,7 @@ class Evaluator:
         if loop is None:
             loop = ServiceLoop(
                 self.runtime,
-                self.client,
+                self._client_of(key),
                 *key,
                 profile_of=self.profile_of,
                 memory=self.memories.take(key),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,12 +38,23 @@ class MemoryKeeper:
 
     client: KubeClient
     namespace: str | None
+    # With autoscaler shards: whether this replica holds a memory shard now, and the client
+    # (behind that shard's fence) its writes go through. None: every shard, `client`.
+    owns: Callable[[int], bool] | None = None
+    client_of: Callable[[int], KubeClient] | None = None
     carried: dict[Key, dict[str, Any]] | None = field(default=None, init=False)
     _shard_due_s: dict[int, float] = field(default_factory=dict, init=False)
     _shards_kept: set[int] = field(default_factory=set, init=False)
 
+    def read_again(self) -> None:
+        """Read the memories again before the next evaluation (a shard was taken over: what
+        its last holder wrote is newer than what was read at start)."""
+        if self.carried is not None:
+            self.carried = None
+
     async def read(self, now_s: float) -> None:
-        """Once, before the first evaluation: the memories an earlier process wrote."""
+        """Once, before the first evaluation (and after `read_again`): the memories an earlier
+        process wrote."""
         if self.namespace is None or self.carried is not None:
             return
         try:
@@ -83,7 +94,8 @@ class MemoryKeeper:
         due = [
             index
             for index in range(SHARDS)
-            if not only_due or self._shard_due_s.get(index, now_s) <= now_s
+            if (not only_due or self._shard_due_s.get(index, now_s) <= now_s)
+            and (self.owns is None or self.owns(index))
         ]
         if not due:
             return
@@ -99,7 +111,8 @@ class MemoryKeeper:
             if not shard and index not in self._shards_kept:
                 continue  # nothing to keep, nothing to drop
             try:
-                await asyncio.to_thread(write_shard, self.client, self.namespace, index, shard)
+                client = self.client if self.client_of is None else self.client_of(index)
+                await asyncio.to_thread(write_shard, client, self.namespace, index, shard)
             except KubeError as error:
                 log.warning("autoscaler: cannot write memory shard %d: %s", index, error)
                 continue

@@ -60,6 +60,11 @@ class WriteGuard:
         with self._lock:
             self._fence = fence
 
+    def close(self) -> None:
+        """No write may go out from now on (until a renew extends the fence again)."""
+        with self._lock:
+            self._fence = None
+
     def allows(self) -> bool:
         fence = self._fence
         return fence is not None and fence.allows(self._clock.monotonic_s())
@@ -133,6 +138,10 @@ class LeaseElector:
         self.on_lost = on_lost
         self.guard = WriteGuard(identity, clock, on_lost)
         self._sighting: Sighting | None = None
+        # The last `read`: when it was sent, what it found, and whether it failed.
+        self._sent_s = 0.0
+        self._body_read: dict[str, Any] | None = None
+        self._read_failed = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -160,12 +169,37 @@ class LeaseElector:
 
     def try_once(self) -> bool:
         """Read the Lease and create, renew or take it if we may; True while we lead."""
-        sent_s = self.clock.monotonic_s()
+        self.read()
+        return self.act()
+
+    def read(self) -> Sighting | None:
+        """GET the Lease: how this replica sees it now (None: there is none, or it cannot be
+        read); `act` then decides on this reading."""
+        self._sent_s = self.clock.monotonic_s()
         try:
             body = self.client.get(self.lease.path)
-            record = _record(body) if body else None
-            if record is not None:
-                self._sighting = sight(self._sighting, record, self.clock.monotonic_s())
+        except KubeError as exc:
+            log.warning("lease %s: %s", self.lease.path, exc)
+            self._read_failed = True
+            return None
+        self._read_failed = False
+        self._body_read = body
+        if body is None:
+            return None
+        self._sighting = sight(self._sighting, _record(body), self.clock.monotonic_s())
+        return self._sighting
+
+    @property
+    def read_failed(self) -> bool:
+        return self._read_failed
+
+    def act(self) -> bool:
+        """Create, renew or take the Lease as last `read`, if we may; True while we lead."""
+        if self._read_failed:
+            return False
+        sent_s, body = self._sent_s, self._body_read
+        record = _record(body) if body is not None else None
+        try:
             choice = choose(self._sighting if record else None, self.identity, sent_s)
             if choice.verdict is Verdict.WAIT:
                 return False
@@ -234,6 +268,15 @@ class LeaseElector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timing.retry_period_s + self.client.timeout_s)
+        self._hand_over()
+
+    def give_up(self) -> None:
+        """Close the fence, then release the Lease (a shard another replica asked for)."""
+        self.guard.close()
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Mark the Lease released, so a candidate takes it at once."""
         try:
             body = self.client.get(self.lease.path)
             if not body or (body.get("spec") or {}).get("holderIdentity") != self.identity:
