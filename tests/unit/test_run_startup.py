@@ -163,6 +163,20 @@ def test_an_unreachable_api_server(tmp_path: Path, unreachable_kubeconfig: Path)
         (["--resync-interval", "0"], "--resync-interval"),
         (["--namespace", "Not_A_Namespace"], "--namespace"),
         (["--gpu-profiles-configmap", "no-slash"], "--gpu-profiles-configmap"),
+        (["--autoscaler-shards", "3", "--leader-election-lease", "ns/tp"], "1, 2, 4, 8, 16"),
+        (["--autoscaler-shards", "four"], "--autoscaler-shards four: write a whole number"),
+        (["--autoscaler-shards", "4"], "add --leader-election-lease"),
+        (
+            [
+                "--autoscaler-shards",
+                "4",
+                "--autoscaler-replicas",
+                "0",
+                "--leader-election-lease",
+                "a/b",
+            ],
+            "--autoscaler-replicas 0: must be at least 1",
+        ),
     ],
 )
 def test_other_options(

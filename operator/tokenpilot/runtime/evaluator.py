@@ -83,7 +83,7 @@ class Evaluator:
     started_s: dict[Key, float] = field(default_factory=dict)  # each one's last evaluation
     max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
     evaluation_timeout_s: float = EVALUATION_TIMEOUT_S
-    # Watch-fed caches of the LLMServices and of the Ready engine pods (`watched`); without
+    # Watch-fed caches of the LLMServices and of the Ready engine pods (`watch`); without
     # them, or while one is not current, a round lists.
     services_cache: WatchCache | None = None
     pods_cache: WatchCache | None = None
