@@ -22,9 +22,6 @@ from tokenpilot.runtime.service_loop import AutoscalerConfig, AutoscalerRuntime
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
-# The longest the shutdown waits for the last memory write.
-MEMORY_WRITE_AT_STOP_S = 10.0
-
 
 @kopf.on.startup()
 async def _start_autoscaler(memo: Any, **_: Any) -> None:
@@ -47,16 +44,5 @@ async def _stop_autoscaler(memo: Any, **_: Any) -> None:
     await background.stop(getattr(memo, "autoscaler_task", None))
     evaluator: Evaluator | None = getattr(memo, "autoscaler_evaluator", None)
     if evaluator is not None:
-        evaluator.stop_watching()
-        # What the next process resumes (an upgrade's rolling update stops the leader this
-        # way); bounded, so a stuck API server cannot hold the shutdown.
-        try:
-            async with asyncio.timeout(MEMORY_WRITE_AT_STOP_S):
-                await evaluator.write_memories()
-        except TimeoutError:
-            log.warning(
-                "autoscaler: the memory write at stop took over %g s", MEMORY_WRITE_AT_STOP_S
-            )
-    runtime: AutoscalerRuntime | None = getattr(memo, "autoscaler", None)
-    if runtime is not None:
-        await runtime.sources.aclose()
+        # What the next process resumes (an upgrade's rolling update stops the leader this way).
+        await evaluator.wind_down()

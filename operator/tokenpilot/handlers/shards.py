@@ -17,15 +17,13 @@ from dataclasses import dataclass, field
 from tokenpilot.adapters.kube import connect
 from tokenpilot.adapters.kube.shards import ShardKeeper
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
+from tokenpilot.handlers import background
 from tokenpilot.handlers.leadership import LeaderElection
 from tokenpilot.handlers.reconcile import Runtime
-from tokenpilot.runtime.evaluator import Evaluator, run_forever
+from tokenpilot.runtime.evaluator import MEMORY_WRITE_AT_STOP_S, Evaluator, run_forever
 from tokenpilot.runtime.service_loop import AutoscalerConfig, AutoscalerRuntime
 
 log = logging.getLogger("tokenpilot.autoscaler")
-
-# The longest the stop waits for the last memory write.
-MEMORY_WRITE_AT_STOP_S = 10.0
 
 
 @dataclass
@@ -88,14 +86,5 @@ class ShardedAutoscaler:
         try:
             await self._stopping.wait()
         finally:
-            rounds.cancel()
-            await asyncio.gather(rounds, return_exceptions=True)
-            evaluator.stop_watching()
-            try:
-                async with asyncio.timeout(MEMORY_WRITE_AT_STOP_S):
-                    await evaluator.write_memories()
-            except TimeoutError:
-                log.warning(
-                    "autoscaler: the memory write at stop took over %g s", MEMORY_WRITE_AT_STOP_S
-                )
-            await runtime.sources.aclose()
+            await background.stop(rounds)
+            await evaluator.wind_down()

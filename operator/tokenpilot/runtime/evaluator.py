@@ -47,6 +47,8 @@ from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRunti
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
+# The longest the stop waits for the last memory write.
+MEMORY_WRITE_AT_STOP_S = 10.0
 # The longest one evaluation may take (scrapes have their own, shorter timeout).
 EVALUATION_TIMEOUT_S = 30.0
 # The longest the loop sleeps between listings, so a new service is seen this soon.
@@ -234,6 +236,19 @@ class Evaluator:
     async def write_memories(self, *, only_due: bool = False) -> None:
         """Write the memory shards that are due (all of them at shutdown)."""
         await self.memories.write(self.runtime.clock.monotonic_s(), self.loops, only_due=only_due)
+
+    async def wind_down(self) -> None:
+        """After the rounds have stopped: stop the caches, write every memory for the next
+        process (bounded, so a stuck API server cannot hold a shutdown), close the scrapers."""
+        self.stop_watching()
+        try:
+            async with asyncio.timeout(MEMORY_WRITE_AT_STOP_S):
+                await self.write_memories()
+        except TimeoutError:
+            log.warning(
+                "autoscaler: the memory write at stop took over %g s", MEMORY_WRITE_AT_STOP_S
+            )
+        await self.runtime.sources.aclose()
 
     def _forget(self, key: Key) -> None:
         """A deleted (or no longer autoscaled) service: drop its state and its series."""

@@ -85,11 +85,11 @@ class WriteGuard:
         raise Fenced(reason)
 
 
-def _micro_time(now: datetime) -> str:
+def micro_time(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _record(body: dict[str, Any]) -> LeaseRecord:
+def lease_record(body: dict[str, Any]) -> LeaseRecord:
     spec = body.get("spec") or {}
     return LeaseRecord(
         holder=str(spec.get("holderIdentity") or ""),
@@ -148,7 +148,7 @@ class LeaseElector:
     # --- one attempt ---------------------------------------------------------------------
 
     def _body(self, record: LeaseRecord | None, taking: bool) -> dict[str, Any]:
-        now = _micro_time(datetime.now(UTC))
+        now = micro_time(datetime.now(UTC))
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.timing.lease_duration_s)),
@@ -186,7 +186,7 @@ class LeaseElector:
         self._body_read = body
         if body is None:
             return None
-        self._sighting = sight(self._sighting, _record(body), self.clock.monotonic_s())
+        self._sighting = sight(self._sighting, lease_record(body), self.clock.monotonic_s())
         return self._sighting
 
     @property
@@ -198,7 +198,7 @@ class LeaseElector:
         if self._read_failed:
             return False
         sent_s, body = self._sent_s, self._body_read
-        record = _record(body) if body is not None else None
+        record = lease_record(body) if body is not None else None
         try:
             choice = choose(self._sighting if record else None, self.identity, sent_s)
             if choice.verdict is Verdict.WAIT:

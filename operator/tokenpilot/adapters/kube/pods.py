@@ -52,7 +52,7 @@ def engine_endpoint(pod: Mapping[str, Any]) -> ServiceEndpoint | None:
     service = selected_by(meta.get("labels") or {})
     if service is None:
         return None
-    return (meta["namespace"], service), _endpoints([dict(pod)])[0]
+    return (meta["namespace"], service), _endpoints([pod])[0]
 
 
 def by_service(
@@ -91,7 +91,7 @@ def _by_name(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
-def _endpoints(pods: list[dict[str, Any]]) -> tuple[PodEndpoint, ...]:
+def _endpoints(pods: Sequence[Mapping[str, Any]]) -> tuple[PodEndpoint, ...]:
     return tuple(
         PodEndpoint(
             pod["metadata"]["name"], f"{engine_url(pod)}/metrics", startup_s(pod), batching(pod)

@@ -23,7 +23,7 @@ from typing import Any
 
 from tokenpilot.adapters.clock import SYSTEM_CLOCK, Clock
 from tokenpilot.adapters.kube.client import Conflict, KubeClient, KubeError, NotFound
-from tokenpilot.adapters.kube.lease import LeaseElector, LeaseName
+from tokenpilot.adapters.kube.lease import LeaseElector, LeaseName, lease_record, micro_time
 from tokenpilot.core.lease import LeaseRecord, LeaseTiming, Sighting, sight
 from tokenpilot.core.shards import Moves, ShardSeen, plan, share, work_shard
 
@@ -36,10 +36,6 @@ def shard_lease(lease: LeaseName, shard: int) -> LeaseName:
 
 def want_lease(lease: LeaseName, shard: int) -> LeaseName:
     return LeaseName(lease.namespace, f"{lease.name}-shard-{shard}-want")
-
-
-def _micro_time() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -162,15 +158,7 @@ class ShardKeeper:
         if body is None:
             self._wants_seen.pop(shard, None)
             return None
-        spec = body.get("spec") or {}
-        record = LeaseRecord(
-            holder=str(spec.get("holderIdentity") or ""),
-            lease_duration_s=float(spec.get("leaseDurationSeconds") or 0),
-            renew_time=str(spec.get("renewTime") or ""),
-            transitions=0,
-            version=str(body["metadata"]["resourceVersion"]),
-        )
-        seen = sight(self._wants_seen.get(shard), record, self.clock.monotonic_s())
+        seen = sight(self._wants_seen.get(shard), lease_record(body), self.clock.monotonic_s())
         self._wants_seen[shard] = seen
         return seen
 
@@ -191,7 +179,7 @@ class ShardKeeper:
             "spec": {
                 "holderIdentity": holder,
                 "leaseDurationSeconds": max(1, round(self.timing.lease_duration_s)),
-                "renewTime": _micro_time(),
+                "renewTime": micro_time(datetime.now(UTC)),
             },
         }
         try:
