@@ -4,9 +4,13 @@ restart of it), finishes what was under way, and nothing is lost or duplicated."
 
 from __future__ import annotations
 
+import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from _chaos import (
     Operator,
     check_invariants,
@@ -20,10 +24,24 @@ from _operator_harness import args_of, create, flag, get_deployment, patch_spec
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES
 from tokenpilot_lab.devcluster import cluster
-from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
+from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually, make_namespace
 
 DOWN_S = 3.0  # how long the component stays down before it starts again
 BOUND_S = 120.0  # a generous ceiling; the measured figure is what the docs report
+# client-go's watches back off up to 30 s, jittered up to twice that, after the API server went
+# away, so the controller-manager may still be reconnecting when a test here ends.
+CONTROLLERS_BACK_S = 120.0
+
+
+@pytest.fixture(autouse=True)
+def controllers_back_after_each_test(k8s_api: Any) -> Iterator[None]:
+    """After each restart, wait until the controller-manager makes a new namespace's default
+    service account again, so the next test starts on a whole control plane (CI once timed
+    out on that account in the test after an API server restart)."""
+    yield
+    name = f"chaos-settled-{secrets.token_hex(3)}"
+    with make_namespace(k8s_api, name, timeout_s=CONTROLLERS_BACK_S):
+        pass
 
 
 def _state_dir(dev_cluster: DevCluster) -> Path:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tokenpilot_lab.tinymodel import MAX_POSITION_EMBEDDINGS
 from tokenpilot_lab.vllm_fixtures import fixture_server_config
-from tokenpilot_lab.vllm_server import VllmServer, running_vllm, write_tiny_model
+from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm, write_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -27,4 +28,23 @@ def vllm_server(
 ) -> Iterator[VllmServer]:
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     with running_vllm(fixture_server_config(tiny_model_dir), log_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def long_context_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """A second server with the tiny model's whole context (16,384 positions), shared by the
+    probe and calibrate tests (one start-up, over a minute here, instead of one each): their
+    decode streams must outlast their windows, which are wall-clock time while the streams run
+    at the engine's pace, on a busy machine too (test_probe_vllm.py, test_calibrate_vllm.py)."""
+    config = VllmServerConfig(
+        model_dir=tiny_model_dir,
+        max_model_len=MAX_POSITION_EMBEDDINGS,
+        max_num_seqs=64,
+        extra_args=("--max-num-batched-tokens", "2048"),
+    )
+    log_path = tmp_path_factory.mktemp("vllm-long-context") / "server.log"
+    with running_vllm(config, log_path) as server:
         yield server

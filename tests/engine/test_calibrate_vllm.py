@@ -11,43 +11,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tokenpilot_lab.vllm_server import (
-    TINY_MODEL_SHAPE_YAML,
-    VllmServer,
-    VllmServerConfig,
-    running_vllm,
-)
+from tokenpilot_lab.vllm_server import TINY_MODEL_SHAPE_YAML, VllmServer
 
 pytestmark = pytest.mark.engine
 
-BUDGET = 2048
 NUM_BURNERS = 4
 
 
-@pytest.fixture(scope="module")
-def calibration_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
-    config = VllmServerConfig(
-        model_dir=tiny_model_dir,
-        # The tiny model's whole context: a decode stream must outlast a grid point, and at
-        # 4,096 a fast step between the burners' time slices ran one out before a slow burst.
-        max_model_len=16384,
-        max_num_seqs=64,
-        extra_args=("--max-num-batched-tokens", str(BUDGET)),
-    )
-    log_path = tmp_path_factory.mktemp("vllm-calibrate") / "server.log"
-    with running_vllm(config, log_path) as server:
-        yield server
+def budget_of(server: VllmServer) -> int:
+    """The token budget the server was started with; calibrate is told it. The server has the
+    tiny model's whole context (16,384 positions), so a decode stream outlasts a grid point: at
+    4,096 a fast step between the burners' time slices ran one out before a slow burst."""
+    args = list(server.config.extra_args)
+    return int(args[args.index("--max-num-batched-tokens") + 1])
 
 
 def test_a_calibration_on_a_loaded_machine_is_refused_and_writes_nothing(
-    calibration_server: VllmServer, tmp_path: Path
+    long_context_server: VllmServer, tmp_path: Path
 ) -> None:
     shape = tmp_path / "tiny-shape.yaml"
     shape.write_text(TINY_MODEL_SHAPE_YAML)
@@ -59,9 +43,10 @@ def test_a_calibration_on_a_loaded_machine_is_refused_and_writes_nothing(
         run = subprocess.run(
             [
                 sys.executable, "-m", "tokenpilot.cli", "calibrate",
-                "--endpoint", calibration_server.base_url, "--model", "tiny",
+                "--endpoint", long_context_server.base_url, "--model", "tiny",
                 "--shape", str(shape), "--gpu-name", "CPU-TEST",
-                "--max-num-batched-tokens", str(BUDGET), "--out", str(out),
+                "--max-num-batched-tokens", str(budget_of(long_context_server)),
+                "--out", str(out),
             ],
             capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip

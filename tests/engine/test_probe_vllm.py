@@ -3,11 +3,11 @@ end on an endpoint that does not stamp engine time, reading iteration times from
 times. The tiny model on a CPU says nothing about GPU interference; the figures only have to
 be measurements (positive, finite, a baseline near the engine's own inter-token latency).
 
-The probe gets a server of its own with the tiny model's whole context (16,384 positions), not
-the session's 1,024 (kept for the /metrics fixture, whose buckets follow it). Every decode
-stream must outlive the probe, and the probe's windows are wall-clock time while the streams
-run at the engine's pace: at 960 tokens a stream ended in 1.3 s, and on a busy machine the
-client fell that far behind in 4 of 7 runs ("a decode stream ended before the burst was
+The probe runs on the tier's long-context server, with the tiny model's whole context (16,384
+positions), not the session's 1,024 (kept for the /metrics fixture, whose buckets follow it).
+Every decode stream must outlive the probe, and the probe's windows are wall-clock time while
+the streams run at the engine's pace: at 960 tokens a stream ended in 1.3 s, and on a busy
+machine the client fell that far behind in 4 of 7 runs ("a decode stream ended before the burst was
 sent"); at 4,032 tokens (about 5 s) it still happened twice with two CPU burners running
 beside the suite. At 16,320 tokens a stream lasts about 20 s on an idle machine.
 """
@@ -15,27 +15,14 @@ beside the suite. At 16,320 tokens a stream lasts about 20 s on an idle machine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tokenpilot.adapters.interference import run_probe
 from tokenpilot.core.interference import ProbeSettings
-from tokenpilot_lab.tinymodel import MAX_POSITION_EMBEDDINGS
-from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
+from tokenpilot_lab.vllm_server import VllmServer
 
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(scope="module")
-def long_context_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
-    config = VllmServerConfig(model_dir=tiny_model_dir, max_model_len=MAX_POSITION_EMBEDDINGS)
-    log_path = tmp_path_factory.mktemp("vllm-probe") / "server.log"
-    with running_vllm(config, log_path) as server:
-        yield server
 
 
 async def test_the_probe_runs_against_real_vllm(long_context_server: VllmServer) -> None:

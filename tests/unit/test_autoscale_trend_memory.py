@@ -5,18 +5,25 @@ before."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from dataclasses import replace
 
 import pytest
 from _evidence import sized
 from autoscale_fleet import TTFT_POLICY, TTFT_REPLICA_MODEL, light_load, prompt_rate_points
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tokenpilot.core.autoscale import History, decide
 from tokenpilot.core.autoscale.demand import (
+    MAX_TREND_POINTS,
+    _coarsened,
     forecast,
     lookback_s,
     memory_trend,
+    theil_sen_bounds,
     trend_confidence_z,
 )
 
@@ -136,3 +143,48 @@ def test_the_status_names_the_trend_the_memory_was_read_on():
     assert "prompt tokens/s over it" in decision.reason
     decision = decide(policy, History(), sized(policy, light_load(600.0), level, 600.0), 600.0)
     assert "on the load of now" not in decision.reason
+
+
+def _trend_from_every_slope(series: list[tuple[float, float]], z: float) -> float:
+    """memory_trend as its docstring defines it: the bound nearest zero of all the slopes."""
+    lower, upper = theil_sen_bounds(_coarsened(series, MAX_TREND_POINTS), z=z) or (0.0, 0.0)
+    return lower if lower > 0.0 else min(0.0, upper)
+
+
+_rates = st.one_of(
+    st.floats(min_value=0.0, max_value=1e6, allow_nan=False),
+    # repeats (ties), a slope that underflows, one that overflows, values that are no rate
+    st.sampled_from([0.0, 1.0, 5e-324, 1e300, math.inf, math.nan]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+# Points in groups of ten at one time, each group falling and the groups rising: the slopes,
+# which leave a group's own pairs out, prove the rise that the rises of all pairs would hide.
+@example(
+    values=[
+        73.8, 64.3, 44.8, 32.4, 36.5, 26.2, 35.4, 10.1, 11.1, 9.3,
+        86.3, 64.2, 49.3, 62.2, 50.7, 30.0, 50.4, 47.3, 34.4, 32.1,
+        72.4, 83.2, 84.0, 69.4, 54.9, 34.0, 41.4, 42.4, 48.5, 44.7,
+        89.1, 98.6, 68.4, 84.2, 67.9, 40.6, 62.8, 44.0, 55.0, 42.7,
+    ],
+    steps=[5.0 if i % 10 == 0 else 0.0 for i in range(240)],
+    trend=0.0,
+    z=1.64,
+)  # fmt: skip
+@given(
+    values=st.lists(_rates, min_size=0, max_size=240),
+    steps=st.lists(st.sampled_from([5.0, 5.0, 4.9, 1e-9, 0.0, -5.0]), min_size=240, max_size=240),
+    trend=st.floats(min_value=-500.0, max_value=500.0),
+    z=st.sampled_from([0.0, 1.64, 2.45, 3.0]),
+)
+def test_the_trend_read_from_signs_is_the_trend_of_every_slope(
+    values: list[float], steps: list[float], trend: float, z: float
+) -> None:
+    """The shortcut that proves no trend from the signs of the rises alone gives the slopes'
+    answer exactly: on level and sloped loads, with ties, repeated or backward times, values
+    that underflow or overflow a slope."""
+    times = list(itertools.accumulate(steps[: len(values)], initial=1_000.0))[1:]
+    series = [(t, max(0.0, y + trend * t)) for t, y in zip(times, values, strict=True)]
+    read, expected = memory_trend(series, z=z), _trend_from_every_slope(series, z)
+    assert read == expected or (math.isnan(read) and math.isnan(expected))

@@ -186,7 +186,7 @@ def _namespace_name(node_name: str) -> str:
 
 
 @contextmanager
-def make_namespace(k8s_api: Any, name: str) -> Iterator[str]:
+def make_namespace(k8s_api: Any, name: str, *, timeout_s: float = 30.0) -> Iterator[str]:
     """A namespace labelled as a test's, ready for pods (its default ServiceAccount exists);
     deleted on exit."""
     from kubernetes import client
@@ -206,7 +206,7 @@ def make_namespace(k8s_api: Any, name: str) -> Iterator[str]:
         return "default" in names
 
     try:
-        eventually(has_default_sa, timeout_s=30, what=f"service account default in {name}")
+        eventually(has_default_sa, timeout_s=timeout_s, what=f"service account default in {name}")
         yield name
     finally:
         core.delete_namespace(name, propagation_policy="Background")

@@ -45,6 +45,8 @@ allows) `forecast` derives the demand a fleet asked for now must serve:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -281,9 +283,47 @@ def memory_trend(series: Sequence[tuple[float, float]], *, z: float) -> float:
     """The slope of y over t the whole series proves: the Theil-Sen bound nearest zero at `z`
     (the lower bound of a rise, the upper bound of a decline; 0.0 where neither is proven),
     over the series averaged into runs of consecutive points where it is longer than
-    `MAX_TREND_POINTS`. A burst is a few points and proves no trend."""
-    lower, upper = theil_sen_bounds(_coarsened(series, MAX_TREND_POINTS), z=z) or (0.0, 0.0)
+    `MAX_TREND_POINTS`. A burst is a few points and proves no trend.
+
+    Most loads prove none, and that is known from the signs of the pairwise slopes alone
+    (`_neither_bound_proven`), without the slopes themselves; they are taken only where the
+    signs allow a proven one."""
+    points = _coarsened(series, MAX_TREND_POINTS)
+    if _neither_bound_proven(points, z=z):
+        return 0.0
+    lower, upper = theil_sen_bounds(points, z=z) or (0.0, 0.0)
     return lower if lower > 0.0 else min(0.0, upper)
+
+
+def _neither_bound_proven(points: Sequence[tuple[float, float]], *, z: float) -> bool:
+    """True where `theil_sen_bounds(points, z=z)` is None or holds zero between its bounds.
+
+    The lower bound is the slope at rank k of the sorted N pairwise slopes, so it is above
+    zero exactly when at most k slopes are at or below zero; the upper bound, at rank k from
+    the top, is below zero exactly when at most k are at or above it. With times strictly
+    increasing, a pair's slope has the sign of its rise, and the pairs are counted by rise,
+    each point against the sorted values before it (O(n log n), against the N slopes' O(n^2)).
+    A quotient that underflows to zero is counted on both sides by the slopes and on one here,
+    so this never says "neither" where the slopes would prove one. Times out of order, repeated
+    times and values that are not finite leave the answer to the slopes (False)."""
+    times = [t for t, _ in points]
+    values = [y for _, y in points]
+    if not all(math.isfinite(v) for v in (*times, *values)):
+        return False
+    if any(later <= earlier for earlier, later in itertools.pairwise(times)):
+        return False
+    n = len(values)
+    num_pairs = n * (n - 1) // 2
+    rank = math.floor((num_pairs - z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)) / 2)
+    if num_pairs == 0 or rank < 0:
+        return True
+    before: list[float] = []
+    at_or_below = at_or_above = 0
+    for y in values:
+        at_or_below += len(before) - bisect.bisect_left(before, y)
+        at_or_above += bisect.bisect_right(before, y)
+        bisect.insort(before, y)
+    return at_or_below > rank and at_or_above > rank
 
 
 def at_present_level(series: Sequence[tuple[float, float]], slope: float) -> list[float]:
