@@ -13,7 +13,8 @@ alert's condition is true somewhere, which is the only way an alert expression r
 - shop/code: lenient targets; the healthy control;
 - shop/ghost: the operator wants a replica but no engine reports: metrics missing.
 
-Run time is dominated by the load phase: TOKENPILOT_PROMQL_LOAD_S (default 120 s).
+Run time is dominated by the load phase: TOKENPILOT_PROMQL_LOAD_S (default 60 s; every window
+an expression reads needs two scrapes in it, and the scrape is every second).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from tokenpilot_lab.prometheus_server import running_prometheus
 
 pytestmark = pytest.mark.prometheus
 
-LOAD_S = float(os.environ.get("TOKENPILOT_PROMQL_LOAD_S", "120"))
+LOAD_S = float(os.environ.get("TOKENPILOT_PROMQL_LOAD_S", "60"))
 NAMESPACE = "shop"
 # Grafana variables as "All" would expand them.
 VARIABLES = {"$namespace": ".+", "$llmservice": ".+", "$__rate_interval": "1m"}
