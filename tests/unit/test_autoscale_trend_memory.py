@@ -185,6 +185,10 @@ def test_the_trend_read_from_signs_is_the_trend_of_every_slope(
     answer exactly: on level and sloped loads, with ties, repeated or backward times, values
     that underflow or overflow a slope."""
     times = list(itertools.accumulate(steps[: len(values)], initial=1_000.0))[1:]
-    series = [(t, max(0.0, y + trend * t)) for t, y in zip(times, values, strict=True)]
+    # A rate that is no number is kept as it is (max(0.0, nan) would make it 0.0).
+    series = [
+        (t, max(0.0, y + trend * t) if math.isfinite(y) else y)
+        for t, y in zip(times, values, strict=True)
+    ]
     read, expected = memory_trend(series, z=z), _trend_from_every_slope(series, z)
     assert read == expected or (math.isnan(read) and math.isnan(expected))

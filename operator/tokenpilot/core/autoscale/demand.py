@@ -314,7 +314,7 @@ def _neither_bound_proven(points: Sequence[tuple[float, float]], *, z: float) ->
         return False
     n = len(values)
     num_pairs = n * (n - 1) // 2
-    rank = math.floor((num_pairs - z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)) / 2)
+    rank = _bound_rank(n, num_pairs, z)
     if num_pairs == 0 or rank < 0:
         return True
     before: list[float] = []
@@ -390,9 +390,14 @@ def theil_sen_bounds(
         for t2, y2 in series[index + 1 :]
         if t2 != t1
     )
-    n = len(series)
-    spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
-    rank = math.floor((len(slopes) - spread) / 2)
+    rank = _bound_rank(len(series), len(slopes), z)
     if not slopes or rank < 0:
         return None
     return slopes[rank], slopes[len(slopes) - 1 - rank]
+
+
+def _bound_rank(num_points: int, num_slopes: int, z: float) -> int:
+    """The rank (from either end) of the sorted slopes that bounds the Theil-Sen slope at the
+    normal quantile `z`: (N - C) / 2, with C = z * sqrt(n (n - 1) (2n + 5) / 18)."""
+    n = num_points
+    return math.floor((num_slopes - z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)) / 2)
