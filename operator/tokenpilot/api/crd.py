@@ -31,6 +31,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Budget", "type": "integer", "jsonPath": ".status.tuning.maxNumBatchedTokens"},
+    # "H100-80GB 2/2, L40S 1/1" for a service with pools; empty for one SKU.
+    {"name": "Pools", "type": "string", "jsonPath": ".status.poolsSummary"},
     {"name": "ITL-P99", "type": "string", "jsonPath": ".spec.slo.itlP99"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     # Why it is not Ready (CrashLoopBackOff, Unschedulable, ...), or ReplicasReady.

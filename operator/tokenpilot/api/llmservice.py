@@ -28,6 +28,7 @@ from pydantic import (
 from tokenpilot.api import units
 from tokenpilot.api.base import ApiModel
 from tokenpilot.api.model_shape import MODEL_PRESETS, DType, ModelShape, model_preset
+from tokenpilot.api.routing import RoutingSpec
 from tokenpilot.api.vllm_defaults import describe_default_max_num_seqs
 from tokenpilot.api.workload import (
     DEFAULT_RETUNE,
@@ -346,8 +347,98 @@ class Toleration(ApiModel):
     toleration_seconds: int | None = Field(None, description="For NoExecute only.")
 
 
+POOL_MIN_WITHIN_MAX = CelRule(
+    "self.minReplicas <= self.maxReplicas",
+    "a pool's minReplicas must be <= its maxReplicas",
+    ".minReplicas",
+)
+MAX_POOLS = 8
+POOL_NOT_AUTO = CelRule(
+    "self.sku.lowerAscii() != 'auto'",
+    "a pool names its SKU (e.g. H100-80GB); `auto` is for spec.accelerator.sku alone",
+    ".sku",
+)
+
+
+class GpuPool(ApiModel):
+    """One GPU type the service may run on: its own Deployment, budget and replica range."""
+
+    sku: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9._]*$",
+        description="A GPU SKU name known to the profile catalog (e.g. H100-80GB, L40S); "
+        "not `auto`.",
+    )
+    gpus_per_replica: int | None = Field(
+        None, ge=1, le=8, description="GPUs per engine pod; defaults to tensorParallelSize."
+    )
+    min_replicas: int = Field(0, ge=0, le=1000, description="Replicas this pool always runs.")
+    max_replicas: int = Field(
+        8, ge=1, le=1000, description="Most replicas this pool runs (what its GPUs allow)."
+    )
+    price_per_gpu_hour: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="What one GPU of this pool costs an hour, in any currency the pools share; "
+        "the mix buys the least cost for the capacity it needs. Unpriced pools are filled "
+        "in list order.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels this pool's pods must match."
+    )
+
+    model_config = ConfigDict(json_schema_extra=_cel(POOL_MIN_WITHIN_MAX, POOL_NOT_AUTO))
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"{POOL_MIN_WITHIN_MAX.message} (pool {self.sku})")
+        if self.sku.lower() == AUTO:
+            raise ValueError(POOL_NOT_AUTO.message)
+        return self
+
+
+class SpillOverSpec(ApiModel):
+    """When a pool's pods cannot be placed, its share moves to the next pool."""
+
+    after: str = Field(
+        "2m",
+        description="How long a pool's pod may stay Unschedulable before its share spills "
+        "over to the next pool (0s to 1h).",
+        json_schema_extra=_duration(units.SPILL_OVER_AFTER),
+    )
+    retry_after: str = Field(
+        "10m",
+        description="How long a spilled pool waits before it is offered its share again "
+        "(1s to 24h); the spilled-to pools keep theirs until it is Ready.",
+        json_schema_extra=_duration(units.SPILL_OVER_RETRY),
+    )
+
+    @field_validator("after", "retry_after", mode="before")
+    @classmethod
+    def _windows(cls, value: object, info: ValidationInfo) -> object:
+        rule = units.SPILL_OVER_AFTER if info.field_name == "after" else units.SPILL_OVER_RETRY
+        rule.parse_s(value)
+        return value
+
+
+POOLS_NAME_THE_SKU = CelRule(
+    "!has(self.pools) || size(self.pools) == 0 || self.sku == 'auto'",
+    "with accelerator.pools, each pool names its SKU: leave accelerator.sku unset (auto)",
+    ".sku",
+)
+POOLS_ALL_PRICED_OR_NONE = CelRule(
+    "!has(self.pools) || self.pools.all(p, has(p.pricePerGpuHour)) || "
+    "self.pools.all(p, !has(p.pricePerGpuHour))",
+    "give every pool a pricePerGpuHour or none (the mix compares the pools' costs)",
+    ".pools",
+)
+
+
 class AcceleratorSpec(ApiModel):
-    """Which GPUs the engine runs on."""
+    """Which GPUs the engine runs on: one SKU (`sku`), or several pools (`pools`)."""
 
     sku: str = Field(
         AUTO,
@@ -364,6 +455,32 @@ class AcceleratorSpec(ApiModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations added to the pods."
     )
+    pools: list[GpuPool] = Field(
+        default_factory=list,
+        max_length=MAX_POOLS,
+        description="Several GPU types, one Deployment each, in order of preference; the "
+        "autoscaler's replicas are split across them (docs/heterogeneous.md). Empty: one "
+        "pool on `sku`.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["sku"]},
+    )
+    spill_over: SpillOverSpec = Field(
+        default_factory=SpillOverSpec,
+        description="When a pool's pods cannot be placed (pools only).",
+    )
+
+    model_config = ConfigDict(json_schema_extra=_cel(POOLS_NAME_THE_SKU, POOLS_ALL_PRICED_OR_NONE))
+
+    @model_validator(mode="after")
+    def _pools(self) -> Self:
+        if self.pools and self.sku != AUTO:
+            raise ValueError(POOLS_NAME_THE_SKU.message)
+        priced = {p.price_per_gpu_hour is not None for p in self.pools}
+        if len(priced) > 1:
+            raise ValueError(POOLS_ALL_PRICED_OR_NONE.message)
+        skus = [p.sku for p in self.pools]
+        if len(set(skus)) != len(skus):
+            raise ValueError(f"accelerator.pools names a SKU twice ({skus}): one pool per SKU")
+        return self
 
 
 # --- spec.batching ----------------------------------------------------------------------------
@@ -582,6 +699,12 @@ GPUS_COVER_TP = CelRule(
     "accelerator.gpusPerReplica must be >= engine.tensorParallelSize",
     ".accelerator.gpusPerReplica",
 )
+POOL_GPUS_COVER_TP = CelRule(
+    "!has(self.accelerator.pools) || self.accelerator.pools.all(p, !has(p.gpusPerReplica) || "
+    "p.gpusPerReplica >= self.engine.tensorParallelSize)",
+    "each of accelerator.pools' gpusPerReplica must be >= engine.tensorParallelSize",
+    ".accelerator.pools",
+)
 WHOLE_PROMPT_PER_STEP = CelRule(
     "self.batching.chunkedPrefill || "
     "type(self.batching.maxNumBatchedTokens) != int || "
@@ -611,17 +734,28 @@ class LLMServiceSpec(ApiModel):
         default_factory=WorkloadSpec,
         description="What is known of the traffic before the engines serve any.",
     )
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="How requests reach the engines besides the Service (docs/heterogeneous.md).",
+    )
     replicas: int = Field(
         1, ge=0, le=1000, description="Engine replicas; written by the autoscaler when enabled."
     )
 
-    model_config = ConfigDict(json_schema_extra=_cel(GPUS_COVER_TP, WHOLE_PROMPT_PER_STEP))
+    model_config = ConfigDict(
+        json_schema_extra=_cel(GPUS_COVER_TP, POOL_GPUS_COVER_TP, WHOLE_PROMPT_PER_STEP)
+    )
 
     @model_validator(mode="after")
     def _cross_fields(self) -> Self:
         gpus = self.accelerator.gpus_per_replica
         if gpus is not None and gpus < self.engine.tensor_parallel_size:
             raise ValueError(GPUS_COVER_TP.message)
+        for pool in self.accelerator.pools:
+            if pool.gpus_per_replica is not None and (
+                pool.gpus_per_replica < self.engine.tensor_parallel_size
+            ):
+                raise ValueError(f"{POOL_GPUS_COVER_TP.message} (pool {pool.sku})")
         budget = self.batching.max_num_batched_tokens
         if (
             not self.batching.chunked_prefill
@@ -761,6 +895,37 @@ class CalibrationStatus(ApiModel):
     )
 
 
+class PoolState(StrEnum):
+    """What a pool of a service is doing."""
+
+    Serving = "Serving"  # its replicas run (or start) where the scheduler can place them
+    Idle = "Idle"  # the mix gives it no replicas
+    SpilledOver = "SpilledOver"  # its pods could not be placed: its share runs on other pools
+
+
+class PoolStatus(ApiModel):
+    """One GPU pool of the service as the reconciler last rendered and saw it."""
+
+    sku: str = Field(description="The pool's GPU SKU.")
+    deployment: str = Field(description="The pool's Deployment.")
+    replicas: int = Field(description="Replicas the mix gives it.")
+    ready_replicas: int = Field(0, description="Of them, Ready.")
+    max_num_batched_tokens: int = Field(description="Its engines' token budget.")
+    max_num_seqs: int = Field(description="Its engines' maxNumSeqs.")
+    requests_per_s_per_replica: float | None = Field(
+        None, description="What one replica serves within the SLOs, for the planned workload."
+    )
+    price_per_replica_hour: float | None = Field(
+        None, description="pricePerGpuHour times its GPUs per replica."
+    )
+    state: PoolState = Field(description="Serving, Idle or SpilledOver.")
+    spilled_since: str | None = Field(None, description="When it spilled over (RFC 3339).")
+    spilled_because: str | None = Field(
+        None, description="Why it spilled over: the scheduler's words for its pod."
+    )
+    reason: str = Field(description="Why it has these replicas, in words.")
+
+
 class LLMServiceStatus(ApiModel):
     """What the operator observed."""
 
@@ -777,6 +942,13 @@ class LLMServiceStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")
+    pools: list[PoolStatus] | None = Field(
+        None,
+        description="Per GPU pool (spec.accelerator.pools): replicas, budget, capacity, cost.",
+    )
+    pools_summary: str | None = Field(
+        None, description="The pools' ready/replicas in one line, for kubectl get."
+    )
     autoscaling: AutoscalingStatus | None = Field(None, description="Last autoscaling decision.")
     workload: WorkloadStatus | None = Field(
         None, description="The traffic the engines served, from their own metrics."

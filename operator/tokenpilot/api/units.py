@@ -132,5 +132,7 @@ TTFT_P99 = DurationRule("a plausible P99 time to first token", "1ms", "10m", "2s
 AUTOSCALING_INTERVAL = DurationRule("an evaluation interval", "1s", "10m", "5s")
 STABILIZATION_WINDOW = DurationRule("a stabilization window", "0s", "1h", "300s")
 RETUNE_COOLDOWN = DurationRule("a re-tune cooldown", "1m", "168h", "1h")
+SPILL_OVER_AFTER = DurationRule("a spill-over wait", "0s", "1h", "2m")
+SPILL_OVER_RETRY = DurationRule("a spill-over retry wait", "1s", "24h", "10m")
 GPU_MEMORY_UTILIZATION = FractionRule("a fraction of GPU memory", 0.0, 0.98, True, "0.9 for 90%")
 ATTAINMENT = FractionRule("a fraction of requests", 0.5, 1.0, False, "0.99 for 99%")

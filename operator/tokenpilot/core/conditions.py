@@ -15,6 +15,8 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 INFEASIBLE = "Infeasible"
+# Set by the reconciler with spec.routing.inferencePool: whether a Gateway accepted the pool.
+ROUTED = "Routed"
 # Set by the autoscaler: whether its last evaluation could read the service's metrics.
 METRICS_AVAILABLE = "MetricsAvailable"
 # Set by the autoscaler: whether the engines' steps take what the GPU profile prices them at
@@ -22,9 +24,17 @@ METRICS_AVAILABLE = "MetricsAvailable"
 PACE_AS_PROFILED = "PaceAsProfiled"
 # The reconciler's; the autoscaler writes MetricsAvailable and PaceAsProfiled. Each writer
 # applies only its own types (see adapters/kube/status.py).
-RECONCILER_TYPES = (READY, PROGRESSING, DEGRADED, INFEASIBLE)
+RECONCILER_TYPES = (READY, PROGRESSING, DEGRADED, INFEASIBLE, ROUTED)
 # Conditions are listed in this order, then any others by type, so output is stable.
-ORDER = (READY, PROGRESSING, DEGRADED, INFEASIBLE, METRICS_AVAILABLE, PACE_AS_PROFILED)
+ORDER = (
+    READY,
+    PROGRESSING,
+    DEGRADED,
+    INFEASIBLE,
+    ROUTED,
+    METRICS_AVAILABLE,
+    PACE_AS_PROFILED,
+)
 
 
 def find(conditions: Sequence[Condition], type_: str) -> Condition | None:

@@ -20,8 +20,9 @@ from typing import Any
 from tokenpilot.api.llmservice import Phase, TuningStatus
 from tokenpilot.core.service_event import ServiceEvent
 
-# Triggers that carry a spec the user wrote; the others correct drift.
-SPEC_TRIGGERS = ("create", "update", "resume")
+# Triggers that carry a spec the user wrote, or (pools) a split of it the clock moved; the
+# others correct drift.
+SPEC_TRIGGERS = ("create", "update", "resume", "pools")
 
 
 def tuned_message(tuning: TuningStatus) -> str:
@@ -97,3 +98,26 @@ def _decision(tuning: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if tuning is None:
         return None
     return {key: value for key, value in tuning.items() if key not in _BOOKKEEPING}
+
+
+def pool_events(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ServiceEvent]:
+    """A pool's spill and its return, each once: `PoolSpilledOver` (a Warning) when a pool
+    becomes SpilledOver, `PoolRestored` when a spilled pool serves again; and `PoolsSplit`
+    when the replicas per pool change, naming the split."""
+    old = {p["sku"]: p for p in before.get("pools") or []}
+    new = {p["sku"]: p for p in after.get("pools") or []}
+    events = []
+    for sku, pool in new.items():
+        was = (old.get(sku) or {}).get("state")
+        if pool["state"] == "SpilledOver" and was != "SpilledOver":
+            events.append(
+                ServiceEvent("PoolSpilledOver", f"pool {sku}: {pool['reason']}", warning=True)
+            )
+        elif was == "SpilledOver" and pool["state"] != "SpilledOver":
+            events.append(ServiceEvent("PoolRestored", f"pool {sku}: {pool['reason']}"))
+    split_before = {sku: p["replicas"] for sku, p in old.items()}
+    split_after = {sku: p["replicas"] for sku, p in new.items()}
+    if new and split_before != split_after:
+        words = ", ".join(f"{sku} {p['replicas']}" for sku, p in new.items())
+        events.append(ServiceEvent("PoolsSplit", f"replicas per pool: {words}"))
+    return events

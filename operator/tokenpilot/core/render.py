@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ from tokenpilot.core.vllm_metrics import buckets_flag, rendered_buckets
 MANAGED_BY = "tokenpilot"
 SERVICE_LABEL = "serving.tokenpilot.dev/llmservice"
 SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
+# On a pool's pods and in its Deployment's selector: which of the service's GPU pools it is.
+POOL_LABEL = "serving.tokenpilot.dev/pool"
 HTTP_PORT = 8000
 # Outside /root: a non-root engine (POD_SECURITY) cannot traverse the image's /root (mode 700).
 CACHE_MOUNT = "/var/cache/tokenpilot"
@@ -67,14 +69,37 @@ _RESERVED_ENV = ("HF_HOME", "HF_TOKEN")
 
 
 @dataclass(frozen=True)
+class PoolRender:
+    """One GPU pool's own Deployment: its name, its pool label, its replicas and placement."""
+
+    sku: str
+    deployment: str
+    label: str
+    replicas: int
+    gpus_per_replica: int
+    node_selector: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class RenderFacts:
-    """What the cluster and the planner told us, as data."""
+    """What the cluster and the planner told us, as data; `pool` for one pool's Deployment
+    of a service with spec.accelerator.pools."""
 
     sku_name: str
     gpu_product_labels: tuple[str, ...]
     batching: BatchingDecision
     service_monitor_served: bool = False
     model_load_budget_s: int = 900
+    pool: PoolRender | None = None
+
+
+def pool_label_value(sku: str) -> str:
+    """A SKU as a label value and a name suffix: `H100-80GB` -> `h100-80gb`."""
+    return re.sub(r"[^a-z0-9-]+", "-", sku.lower()).strip("-")
+
+
+def pool_deployment_name(service: LLMService, sku: str) -> str:
+    return f"{service.metadata.name}-{pool_label_value(sku)}"
 
 
 def labels(service: LLMService) -> dict[str, str]:
@@ -252,9 +277,9 @@ def _env(service: LLMService) -> list[dict[str, Any]]:
     return [env[name] for name in sorted(env)]
 
 
-def _resources(service: LLMService) -> dict[str, Any]:
+def _resources(service: LLMService, facts: RenderFacts) -> dict[str, Any]:
     engine = service.spec.engine
-    gpus = str(service.spec.gpus_per_replica)
+    gpus = str(service.spec.gpus_per_replica if facts.pool is None else facts.pool.gpus_per_replica)
     requests: dict[str, str] = {GPU_RESOURCE: gpus}
     limits: dict[str, str] = {GPU_RESOURCE: gpus}
     for target, given in ((requests, engine.resources.requests), (limits, engine.resources.limits)):
@@ -339,7 +364,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         "args": vllm_args(service, facts),
         "env": _env(service),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "resources": _resources(service),
+        "resources": _resources(service, facts),
         "volumeMounts": mounts,
         # Keep accepting while the pod's removal reaches Services, gateways and balancers:
         # the engine gets SIGTERM (and stops accepting) only after this pause.
@@ -376,11 +401,14 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         # In-flight requests get time to finish when a replica is scaled away.
         "terminationGracePeriodSeconds": 60,
     }
-    if spec.accelerator.node_selector:
-        pod_spec["nodeSelector"] = dict(sorted(spec.accelerator.node_selector.items()))
+    pool = facts.pool
+    node_selector = {**spec.accelerator.node_selector, **(pool.node_selector if pool else {})}
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(node_selector.items()))
+    pod_labels = labels(service) if pool is None else {**labels(service), POOL_LABEL: pool.label}
     template = {
         "metadata": {
-            "labels": labels(service),
+            "labels": pod_labels,
             "annotations": {
                 "prometheus.io/scrape": "true",
                 "prometheus.io/port": str(HTTP_PORT),
@@ -389,8 +417,10 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         },
         "spec": pod_spec,
     }
+    # A pool's Deployment selects its own pool's pods; the Service and the PDB select all.
+    matches = selector(service) if pool is None else {**selector(service), POOL_LABEL: pool.label}
     deployment_spec: dict[str, Any] = {
-        "selector": {"matchLabels": selector(service)},
+        "selector": {"matchLabels": matches},
         "progressDeadlineSeconds": progress_deadline_s(facts),
         # One extra pod at a time and never fewer ready than asked: a roll keeps capacity.
         "strategy": {
@@ -399,13 +429,16 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         },
         "template": template,
     }
-    metadata = _metadata(service, service.metadata.name)
+    metadata = _metadata(service, service.metadata.name if pool is None else pool.deployment)
+    if pool is not None:
+        metadata["labels"] = {**metadata["labels"], POOL_LABEL: pool.label}
     metadata["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(deployment_spec)}
+    replicas = spec.replicas if pool is None else pool.replicas
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata,
-        "spec": {"replicas": spec.replicas, **deployment_spec},
+        "spec": {"replicas": replicas, **deployment_spec},
     }
 
 
@@ -474,9 +507,16 @@ def engine_relabelings() -> list[dict[str, Any]]:
     ]
 
 
-def render(service: LLMService, facts: RenderFacts) -> list[dict[str, Any]]:
-    """Every object that serves `service`, in apply order. Raises InvalidSpec."""
-    manifests = [render_deployment(service, facts), render_service(service), render_pdb(service)]
+def render(
+    service: LLMService, facts: RenderFacts, pools: Sequence[RenderFacts] = ()
+) -> list[dict[str, Any]]:
+    """Every object that serves `service`, in apply order: its Deployment (one per GPU pool
+    when `pools` are given, in their order), the Service and the PDB over all of its engine
+    pods. Raises InvalidSpec."""
+    deployments = [render_deployment(service, f) for f in pools] or [
+        render_deployment(service, facts)
+    ]
+    manifests = [*deployments, render_service(service), render_pdb(service)]
     if facts.service_monitor_served:
         manifests.append(render_service_monitor(service))
     return manifests

@@ -12,7 +12,7 @@ The steps, each pure and each able to refuse with a domain error:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from tokenpilot.core.batching import BatchingDecision, spec_decision
 from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs, with_workload
+from tokenpilot.core.pool_plan import PoolLive, PoolPlan, plan_pools
 from tokenpilot.core.render import RenderFacts, model_load_budget_s, render
 from tokenpilot.core.retune import (
     Gate,
@@ -35,18 +36,22 @@ from tokenpilot.core.retune import (
     settle,
     workload_mix,
 )
+from tokenpilot.core.routing import render_routing
 from tokenpilot.core.sku import NodeFacts, SkuChoice, choose_sku
 from tokenpilot.core.tuner import recommend
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The outcome of planning one service: what to apply and why."""
+    """The outcome of planning one service: what to apply and why. `sku` is the one SKU's
+    choice (None with pools); `facts` the first pool's with pools, whose tuning
+    status.tuning shows; `pools` each pool's plan."""
 
-    sku: SkuChoice[GPUProfile]
+    sku: SkuChoice[GPUProfile] | None
     facts: RenderFacts
     manifests: list[dict[str, Any]]
     tuning: Tuning
+    pools: tuple[PoolPlan, ...] = ()
 
 
 def weights_fit(
@@ -129,10 +134,31 @@ def plan(
     by_product: Callable[[str], GPUProfile],
     service_monitor_served: bool,
     now: str | None = None,
+    pools_live: Mapping[str, PoolLive] | None = None,
 ) -> Plan:
     """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible. `now` (RFC 3339) lets a
-    re-tune happen; without it the engines keep the budget they run."""
+    re-tune happen; without it the engines keep the budget they run. `pools_live`: what the
+    cluster shows of each pool (spec.accelerator.pools), by SKU."""
     spec = service.spec
+    if spec.accelerator.pools:
+        tuning, pools = plan_pools(
+            service,
+            nodes=nodes,
+            by_name=by_name,
+            live=pools_live or {},
+            tune_first=lambda inputs: tuned(service, inputs, now),
+            choose=choose_batching,
+            service_monitor_served=service_monitor_served,
+            now=now,
+        )
+        pool_facts = [p.facts for p in pools]
+        return Plan(
+            sku=None,
+            facts=pool_facts[0],
+            manifests=render(service, pool_facts[0], pool_facts) + routing_of(service),
+            tuning=tuning,
+            pools=tuple(pools),
+        )
     # Each candidate SKU's inputs, planned once: the fit check and the batching read the same.
     planned: dict[str, PlanInputs] = {}
     sku = choose_sku(
@@ -155,4 +181,10 @@ def plan(
             inputs.shape.weight_bytes, inputs.hints.tensor_parallel_size
         ),
     )
-    return Plan(sku=sku, facts=facts, manifests=render(service, facts), tuning=tuning)
+    manifests = render(service, facts) + routing_of(service)
+    return Plan(sku=sku, facts=facts, manifests=manifests, tuning=tuning)
+
+
+def routing_of(service: LLMService) -> list[dict[str, Any]]:
+    """The routing objects spec.routing asks for, applied after the Service and the PDB."""
+    return render_routing(service, service.spec.routing)

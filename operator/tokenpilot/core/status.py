@@ -37,13 +37,16 @@ from tokenpilot.api.llmservice import (
     LLMService,
     LLMServiceStatus,
     Phase,
+    PoolStatus,
     TuningStatus,
 )
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.batching import Bound
 from tokenpilot.core.pod_health import PodFailure, verdict
+from tokenpilot.core.pools import summary
 from tokenpilot.core.render import endpoint, selector_string
 from tokenpilot.core.retune import Tuning
+from tokenpilot.core.routing import RoutedCondition
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,22 @@ class DeploymentFacts:
             updated_replicas=int(status.get("updatedReplicas", 0)),
             available_replicas=int(status.get("availableReplicas", 0)),
             progress_deadline_exceeded=progressing.get("reason") == "ProgressDeadlineExceeded",
+        )
+
+    @classmethod
+    def combined(cls, parts: Sequence[DeploymentFacts]) -> DeploymentFacts:
+        """Several pools' Deployments read as one: counts summed, rolled out when all are,
+        stalled when any is."""
+        seen = all(p.observed_generation >= p.generation for p in parts)
+        return cls(
+            generation=1,
+            observed_generation=1 if seen else 0,
+            desired_replicas=sum(p.desired_replicas for p in parts),
+            replicas=sum(p.replicas for p in parts),
+            ready_replicas=sum(p.ready_replicas for p in parts),
+            updated_replicas=sum(p.updated_replicas for p in parts),
+            available_replicas=sum(p.available_replicas for p in parts),
+            progress_deadline_exceeded=any(p.progress_deadline_exceeded for p in parts),
         )
 
     @property
@@ -161,12 +180,17 @@ def desired_status(
     now: str,
     pod_failures: Sequence[PodFailure] = (),
     num_pods: int = 0,
+    pools: Sequence[PoolStatus] = (),
+    routed: RoutedCondition | None = None,
+    routing_read: bool = True,
 ) -> dict[str, Any]:
     """The status fields the reconciler owns, as the JSON to merge into .status.
 
     `problem` is the message of a domain error (the spec is Infeasible or invalid);
     `pod_failures` are the engine pods that cannot run, out of `num_pods`; `now` is used only
-    for conditions whose status flips.
+    for conditions whose status flips. `routed` is the Routed condition of spec.routing (None:
+    routing off, the condition removed); where this reconcile did not read the InferencePool
+    (`routing_read` False) the condition stays as it was.
     """
     current = service.status
     generation = service.metadata.generation
@@ -185,6 +209,18 @@ def desired_status(
             now=now,
         )
 
+    if service.spec.routing.inference_pool is None:
+        conditions = [c for c in conditions if c.type != cond.ROUTED]
+    elif routed is not None and routing_read:
+        conditions = cond.set_condition(
+            conditions,
+            type_=cond.ROUTED,
+            status=routed.status,
+            reason=routed.reason,
+            message=routed.message,
+            observed_generation=generation,
+            now=now,
+        )
     phase = readiness.phase
 
     def words(on: bool) -> str:
@@ -211,6 +247,8 @@ def desired_status(
         endpoint=endpoint(service),
         conditions=conditions,
         tuning=published,
+        pools=list(pools) or None,
+        pools_summary=summary([(p.sku, p.ready_replicas, p.replicas) for p in pools]) or None,
     )
     return _reconciler_part(status)
 

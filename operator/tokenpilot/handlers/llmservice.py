@@ -2,6 +2,8 @@
 
     create / update / resume   the spec changed or the operator started
     owned Deployment events    status follows the Deployment; hand edits are undone
+    pools timer                a service with GPU pools, every few seconds while a pool waits
+                               on the clock (spill-over; core.pools)
     engine pod events          status names why a pod cannot run (a crash loop, a missing
                                Secret) when it happens, not at the next resync
     resync loop                every `resync_interval_s`: nodes and optional APIs re-read,
@@ -103,6 +105,29 @@ def updated(body: kopf.Body, memo: Any, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
     _handle(memo, body, "resume")
+
+
+# How often a service with GPU pools is looked at while a pool waits on the clock (a pod
+# Unschedulable until spillOver.after, a spill until retryAfter, replicas not yet Ready): no
+# event marks those moments.
+POOLS_RECHECK_S = 5.0
+
+
+def _has_pools(spec: Any, **_: Any) -> bool:
+    return bool((spec.get("accelerator") or {}).get("pools"))
+
+
+def _pools_waiting(status: Any) -> bool:
+    return any(
+        p.get("state") == "SpilledOver" or p.get("readyReplicas", 0) < p.get("replicas", 0)
+        for p in status.get("pools") or []
+    )
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=POOLS_RECHECK_S, when=_has_pools)
+def pools_waiting(body: kopf.Body, status: Any, memo: Any, **_: Any) -> None:
+    if _pools_waiting(status):
+        _reconcile(memo, body, "pools")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})

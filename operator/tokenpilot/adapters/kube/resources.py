@@ -45,6 +45,12 @@ RESOURCES: dict[tuple[str, str], Resource] = {
         "monitoring.coreos.com/v1", "servicemonitors"
     ),
     (API_VERSION, KIND): Resource(API_VERSION, PLURAL),
+    ("inference.networking.k8s.io/v1", "InferencePool"): Resource(
+        "inference.networking.k8s.io/v1", "inferencepools"
+    ),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): Resource(
+        "gateway.networking.k8s.io/v1", "httproutes"
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Resource(
         "apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False
     ),
