@@ -10,6 +10,7 @@ from tokenpilot.core.pools import (
     SpillFacts,
     capacity_ratio,
     ranking,
+    ready_in_first_pool_units,
     spill_state,
     split,
     summary,
@@ -116,3 +117,12 @@ def test_spill_over_waits_after_then_lasts_retry_after() -> None:
 
 def test_summary_reads_like_kubectl() -> None:
     assert summary([("H100-80GB", 2, 2), ("L40S", 0, 1)]) == "H100-80GB 2/2, L40S 0/1"
+
+
+def test_ready_pods_count_in_replicas_of_the_first_pools_capacity() -> None:
+    rates = [("h100-80gb", 10.0), ("l40s", 2.5)]
+    # Four L40S pods serve what one H100 does; a pod of no known pool counts one.
+    assert ready_in_first_pool_units(["l40s"] * 4, rates) == 1
+    assert ready_in_first_pool_units(["h100-80gb", "l40s", "l40s"], rates) == 1
+    assert ready_in_first_pool_units(["h100-80gb", None], rates) == 2
+    assert ready_in_first_pool_units(["x", "y"], []) == 2

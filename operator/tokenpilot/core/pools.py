@@ -189,3 +189,21 @@ def pool_state(spilled: bool, replicas: int) -> PoolState:
 def summary(rows: Sequence[tuple[str, int, int]]) -> str:
     """`H100-80GB 2/2, L40S 1/1`: each pool's ready over its replicas, for kubectl get."""
     return ", ".join(f"{sku} {ready}/{replicas}" for sku, ready, replicas in rows)
+
+
+def ready_in_first_pool_units(
+    pod_pools: Sequence[str | None], pools: Sequence[tuple[str, float | None]]
+) -> int:
+    """Ready pods counted as spec.replicas counts them: each as its pool's capacity over the
+    first pool's (`pools`: each pool's label value and requests a second per replica, in the
+    spec's order), the sum rounded down; a pod of an unknown pool, or with no capacity
+    figure, counts one."""
+    if not pools:
+        return len(pod_pools)
+    first = pools[0][1]
+    rates = dict(pools)
+    total = 0.0
+    for pool in pod_pools:
+        rate = rates.get(pool) if pool is not None else None
+        total += rate / first if rate and first else 1.0
+    return math.floor(total + 1e-9)

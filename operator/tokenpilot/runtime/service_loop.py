@@ -53,6 +53,8 @@ from tokenpilot.core.autoscale.spec import (
 )
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.plan_inputs import plan_inputs
+from tokenpilot.core.pools import ready_in_first_pool_units
+from tokenpilot.core.render import pool_label_value
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
@@ -145,7 +147,7 @@ class ServiceLoop:
         samples = await source.read(target, clock.monotonic_s())
         current = Current(
             spec_replicas,
-            len(pods),
+            ready_replicas(service, pods),
             service.metadata.generation,
             tuple(service.status.conditions),
             {pod.name: pod.startup_s for pod in pods if pod.startup_s is not None},
@@ -196,6 +198,11 @@ class ServiceLoop:
     def _replica_model(
         self, service: LLMService, pods: Sequence[PodEndpoint]
     ) -> ReplicaModel | None:
+        # With GPU pools the model is the first pool's (status.tuning), and so are the pods
+        # whose batching it is priced at.
+        if service.status.pools:
+            first = pool_label_value(service.status.pools[0].sku)
+            pods = [p for p in pods if p.pool == first]
         """One replica as the step model prices it, at the batching the engines run (that of
         most Ready pods; during a re-tune's rollout the budget coming is not yet theirs), once
         the reconciler has tuned it; planned again only when the spec, the batching or the GPU's
@@ -297,3 +304,13 @@ class ServiceLoop:
             # A SKU the catalog no longer knows: no cost series rather than a wrong one.
             return tuning.sku, None
         return tuning.sku, profile.hourly_cost_usd * service.spec.gpus_per_replica
+
+
+def ready_replicas(service: LLMService, pods: Sequence[PodEndpoint]) -> int:
+    """The Ready pods as spec.replicas counts them: pods, or with GPU pools, replicas of the
+    first pool's capacity (core.pools)."""
+    pools = service.status.pools
+    if not pools:
+        return len(pods)
+    rates = [(pool_label_value(p.sku), p.requests_per_s_per_replica) for p in pools]
+    return ready_in_first_pool_units([pod.pool for pod in pods], rates)

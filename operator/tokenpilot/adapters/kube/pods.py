@@ -11,7 +11,7 @@ from tokenpilot.adapters.kube.client import KubeClient
 from tokenpilot.adapters.kube.llmservices import list_in
 from tokenpilot.adapters.kube.resources import RESOURCES
 from tokenpilot.adapters.metrics.base import PodEndpoint
-from tokenpilot.core.render import HTTP_PORT, SERVICE_LABEL, selected_by
+from tokenpilot.core.render import HTTP_PORT, POOL_LABEL, SERVICE_LABEL, selected_by
 
 PODS = RESOURCES[("v1", "Pod")]
 
@@ -94,7 +94,11 @@ def _by_name(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _endpoints(pods: Sequence[Mapping[str, Any]]) -> tuple[PodEndpoint, ...]:
     return tuple(
         PodEndpoint(
-            pod["metadata"]["name"], f"{engine_url(pod)}/metrics", startup_s(pod), batching(pod)
+            pod["metadata"]["name"],
+            f"{engine_url(pod)}/metrics",
+            startup_s(pod),
+            batching(pod),
+            (pod["metadata"].get("labels") or {}).get(POOL_LABEL),
         )
         for pod in pods
     )

@@ -19,6 +19,9 @@ class PodEndpoint:
     # The batching the pod's engine runs (its --max-num-batched-tokens and --max-num-seqs);
     # None where its arguments do not say.
     batching: tuple[int, int] | None = None
+    # The GPU pool the pod belongs to (its serving.tokenpilot.dev/pool label), for a service
+    # with spec.accelerator.pools; None otherwise.
+    pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
