@@ -126,3 +126,22 @@ def test_ready_pods_count_in_replicas_of_the_first_pools_capacity() -> None:
     assert ready_in_first_pool_units(["h100-80gb", "l40s", "l40s"], rates) == 1
     assert ready_in_first_pool_units(["h100-80gb", None], rates) == 2
     assert ready_in_first_pool_units(["x", "y"], []) == 2
+
+
+def test_behind_a_service_every_pod_gets_an_equal_share_so_the_slowest_pool_sets_the_pace() -> None:
+    h100 = PoolOffer("H100-80GB", 10.0, 4.0, 0, 2)
+    l40s = PoolOffer("L40S", 2.5, 1.2, 0, 20)
+    # An endpoint picker: 2 H100 cover 2 of 3; the last one is 4 L40S (ranked after: 0.48/h
+    # per request a second against 0.4).
+    assert [s.replicas for s in split(3, [h100, l40s])] == [2, 4]
+    # A Service: each pod serves what an L40S does once one is in the fleet, so the fleet needs
+    # 12 pods in all, 10 of them L40S.
+    assert [s.replicas for s in split(3, [h100, l40s], equal_share=True)] == [2, 10]
+    assert (
+        ready_in_first_pool_units(
+            ["h100-80gb", "h100-80gb", "l40s"],
+            [("h100-80gb", 10.0), ("l40s", 2.5)],
+            equal_share=True,
+        )
+        == 1  # 0.75 of an H100's capacity, and never none while pods are Ready
+    )

@@ -8,9 +8,10 @@ For each pool, in the spec's order:
   3. what one replica serves within the SLOs at that budget, for the planned workload (the
      learned mix, else the planned prompt as mean and tail with the tuner's default output);
   4. its spill-over state from its pods (core.pools.spill_state).
-Then `core.pools.split` gives each pool its replicas. A pool whose SKU no node offers is still
-rendered: its pods wait Unschedulable and spill over. Only when no pool's SKU is on any node is
-the service Infeasible.
+Then `core.pools.split` gives each pool its replicas, for the routing the service has: its
+Service gives every pod an equal share, an InferencePool's endpoint picker weighs their load. A
+pool whose SKU no node offers is still rendered: its pods wait Unschedulable and spill over.
+Only when no pool's SKU is on any node is the service Infeasible.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def plan_pools(
                 spilled=spill.spilled,
             )
         )
-    shares = split(spec.replicas, offers)
+    shares = split(spec.replicas, offers, equal_share=equal_share(service))
     plans = []
     for pool, pool_in, profile, decision, offer, share, spill in zip(
         pools, inputs, profiles, decisions, offers, shares, spills, strict=True
@@ -221,6 +222,12 @@ def plan_pools(
         )
         plans.append(PoolPlan(pool, facts, share, status))
     return tuning, plans
+
+
+def equal_share(service: LLMService) -> bool:
+    """Whether the service's pods each get an equal share of its requests: behind its Service
+    (a random pod per connection), not behind an InferencePool's endpoint picker."""
+    return service.spec.routing.inference_pool is None
 
 
 def _products_on_nodes(profile: GPUProfile, nodes: Sequence[NodeFacts]) -> bool:

@@ -9,8 +9,10 @@ split buys that capacity:
    second one replica serves within the SLOs, for the planned workload); unpriced or
    unmodelled pools keep the order of the spec, which also breaks ties.
 3. Walking the ranking, each pool adds replicas, up to its `maxReplicas`, until the capacity
-   covers the demand. Scaling down takes from the last pools of the ranking first: the
-   dearest capacity goes first.
+   covers the demand. Capacity is counted for the routing the service has (`covered`): behind
+   an endpoint picker the pools' capacities add; behind a Service every pod gets an equal
+   share, so a mixed fleet serves as many times the slowest pool's replica as it has pods.
+   Scaling down takes from the last pools of the ranking first: the dearest capacity goes first.
 4. **Spill-over.** A pool whose pod stayed Unschedulable for `spillOver.after` is spilled: it
    keeps only the replicas that are Ready, and its share falls to the pools after it. After
    `spillOver.retryAfter` it is offered its share again; if its pods cannot be placed again
@@ -81,9 +83,21 @@ def ranking(offers: Sequence[PoolOffer]) -> list[int]:
     return sorted(range(len(offers)), key=lambda i: (costs[i], i))
 
 
-def split(total: int, offers: Sequence[PoolOffer]) -> list[PoolShare]:
+def covered(counts: Sequence[float], ratios: Sequence[float], *, equal_share: bool) -> float:
+    """The capacity of `counts` replicas per pool, in first-pool replicas. A balancer that
+    weighs each pod's load (an endpoint picker) adds the pools' capacities; one that gives every
+    pod an equal share (a Service: a random pod per connection) holds every pod to the slowest
+    pool in use, whose pods fill first."""
+    if not equal_share:
+        return sum(n * r for n, r in zip(counts, ratios, strict=True))
+    used = [r for n, r in zip(counts, ratios, strict=True) if n > 0]
+    return sum(counts) * min(used) if used else 0.0
+
+
+def split(total: int, offers: Sequence[PoolOffer], *, equal_share: bool = False) -> list[PoolShare]:
     """Replicas per pool (in the order of `offers`) for `total` replicas of the first pool's
-    capacity; see the module doc."""
+    capacity, behind a balancer that weighs load (`equal_share` False) or gives every pod an
+    equal share (True); see the module doc."""
     if not offers:
         return []
     reference = offers[0]
@@ -91,17 +105,16 @@ def split(total: int, offers: Sequence[PoolOffer]) -> list[PoolShare]:
     lows = [min(o.min_replicas, o.ready_now) if o.spilled else o.min_replicas for o in offers]
     highs = [min(o.max_replicas, o.ready_now) if o.spilled else o.max_replicas for o in offers]
     counts = list(lows)
-    need = float(total) - sum(n * r for n, r in zip(counts, ratios, strict=True))
     order = ranking(offers)
     for i in order:
-        if need <= 1e-9:
-            break
-        add = min(highs[i] - counts[i], math.ceil(need / ratios[i] - 1e-9))
-        if add > 0:
-            counts[i] += add
-            need -= add * ratios[i]
+        while covered(counts, ratios, equal_share=equal_share) + 1e-9 < total:
+            if counts[i] >= highs[i]:
+                break
+            counts[i] += 1
+    need = total - covered(counts, ratios, equal_share=equal_share)
     # The Ready capacity this split would keep: below the demand, nothing is shed yet.
-    kept = sum(min(o.ready_now, n) * r for o, n, r in zip(offers, counts, ratios, strict=True))
+    keeps = [min(o.ready_now, n) for o, n in zip(offers, counts, strict=True)]
+    kept = covered(keeps, ratios, equal_share=equal_share)
     held = [False] * len(offers)
     if kept + 1e-9 < total:
         for i, offer in enumerate(offers):
@@ -192,18 +205,24 @@ def summary(rows: Sequence[tuple[str, int, int]]) -> str:
 
 
 def ready_in_first_pool_units(
-    pod_pools: Sequence[str | None], pools: Sequence[tuple[str, float | None]]
+    pod_pools: Sequence[str | None],
+    pools: Sequence[tuple[str, float | None]],
+    *,
+    equal_share: bool = False,
 ) -> int:
-    """Ready pods counted as spec.replicas counts them: each as its pool's capacity over the
-    first pool's (`pools`: each pool's label value and requests a second per replica, in the
-    spec's order), the sum rounded down; a pod of an unknown pool, or with no capacity
-    figure, counts one."""
+    """Ready pods counted as spec.replicas counts them: their capacity (`covered`) in the first
+    pool's replicas (`pools`: each pool's label value and requests a second per replica, in the
+    spec's order), rounded down but at least one while any is Ready; a pod of an unknown pool,
+    or with no capacity figure, counts one."""
     if not pools:
         return len(pod_pools)
     first = pools[0][1]
     rates = dict(pools)
-    total = 0.0
+    ratios = []
     for pool in pod_pools:
         rate = rates.get(pool) if pool is not None else None
-        total += rate / first if rate and first else 1.0
-    return math.floor(total + 1e-9)
+        ratios.append(rate / first if rate and first else 1.0)
+    units = math.floor(covered([1.0] * len(ratios), ratios, equal_share=equal_share) + 1e-9)
+    # A fleet with Ready pods is never read as none: "no replica Ready" means waiting to the
+    # autoscaler, and these pods serve.
+    return max(units, 1) if pod_pools else 0

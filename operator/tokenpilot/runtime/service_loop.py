@@ -53,6 +53,7 @@ from tokenpilot.core.autoscale.spec import (
 )
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.plan_inputs import plan_inputs
+from tokenpilot.core.pool_plan import equal_share
 from tokenpilot.core.pools import ready_in_first_pool_units
 from tokenpilot.core.render import pool_label_value
 
@@ -313,4 +314,6 @@ def ready_replicas(service: LLMService, pods: Sequence[PodEndpoint]) -> int:
     if not pools:
         return len(pods)
     rates = [(pool_label_value(p.sku), p.requests_per_s_per_replica) for p in pools]
-    return ready_in_first_pool_units([pod.pool for pod in pods], rates)
+    return ready_in_first_pool_units(
+        [pod.pool for pod in pods], rates, equal_share=equal_share(service)
+    )
