@@ -1,9 +1,11 @@
 """A service on several GPU types against the real API server: a Deployment per pool with its
 own budget, the split in status and `kubectl get`, pools added and removed, spill-over when the
-preferred GPUs are full and the move back when they free up, with a load running throughout."""
+preferred GPUs are full and the move back when a node of them is added, with a load running
+throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import subprocess
 import threading
@@ -25,9 +27,10 @@ from _operator_harness import (
     sample,
 )
 
-from tokenpilot.adapters.kube import KubeClient
-from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube import KubeClient, NotFound
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, NODES, RESOURCES
 from tokenpilot.core.render import POOL_LABEL, SERVICE_LABEL
+from tokenpilot_lab.devcluster.nodepools import NodePoolFile, render_nodes
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 pytestmark = pytest.mark.cluster
@@ -241,7 +244,40 @@ def fill_h100_gpus(client: KubeClient, namespace: str) -> None:
     eventually(all_running, timeout_s=60, what="every H100 GPU taken by the other tenant")
 
 
-def test_full_h100_nodes_spill_the_share_to_l40s_and_it_moves_back_when_they_free_up(
+EXTRA_NODE = "h100-added-0"
+
+
+def add_h100_node(client: KubeClient) -> None:
+    """One more H100 node, registered as the dev cluster registers its own (kwok runs it)."""
+    pools = NodePoolFile.model_validate(
+        {
+            "pools": [
+                {
+                    "name": "h100-added",
+                    "count": 1,
+                    "cpu": "96",
+                    "memoryGiB": 1024,
+                    "gpu": {
+                        "product": H100_PRODUCT,
+                        "count": H100_GPUS_PER_NODE,
+                        "memoryMiB": 81559,
+                    },
+                }
+            ]
+        }
+    )
+    (node,) = render_nodes(pools)
+    client.request("POST", NODES.path(), body=node)
+
+    def ready() -> bool:
+        found = client.get(NODES.path(name=EXTRA_NODE)) or {}
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    eventually(ready, timeout_s=60, what="the added H100 node Ready")
+
+
+def test_full_h100_nodes_spill_the_share_to_l40s_and_it_moves_back_when_a_node_is_added(
     client: KubeClient, kubeconfig: Path, namespace: str, operator: None
 ) -> None:
     fill_h100_gpus(client, namespace)
@@ -277,8 +313,8 @@ def test_full_h100_nodes_spill_the_share_to_l40s_and_it_moves_back_when_they_fre
     load = ServiceLoad(client, namespace, model)
     try:
         eventually(lambda: load.ok >= 20, timeout_s=60, what="the load served on L40S")
-        # The other tenant leaves: the H100 GPUs are free again.
-        client.request("DELETE", DEPLOYMENTS.path(namespace, "h100-tenant"))
+        # A node of the preferred GPU is added (as a cluster autoscaler would add one).
+        add_h100_node(client)
         freed = time.monotonic()
 
         def back_on_h100() -> dict[str, dict[str, Any]] | None:
@@ -294,9 +330,12 @@ def test_full_h100_nodes_spill_the_share_to_l40s_and_it_moves_back_when_they_fre
         eventually(lambda: load.ok >= served_before_back + 20, timeout_s=60, what="served on H100")
     finally:
         load.stop()
+        client.request("DELETE", DEPLOYMENTS.path(namespace, "h100-tenant"))
+        with contextlib.suppress(NotFound):
+            client.request("DELETE", NODES.path(name=EXTRA_NODE))
     print(
         f"spilled and Ready on L40S {spill_s:.1f} s after create; back on H100 {back_s:.1f} s "
-        f"after the GPUs freed; {load.ok} requests, {len(load.failed)} failed"
+        f"after an H100 node was added; {load.ok} requests, {len(load.failed)} failed"
     )
     assert back["H100-80GB"]["replicas"] >= 1
     assert not load.failed, load.failed[:5]
