@@ -5,6 +5,11 @@
                        apply only if the core sees a difference
     desired status from the live Deployment, and from its pods  [core: status, pod_health]
     while its rollout is unsettled
+
+With GPU pools (spec.accelerator.pools, or a status that still has them) the service's
+Deployments and pods are listed once first: the pools' split reads them (core.pool_plan), a
+Deployment no longer rendered is deleted, and the status sums the pools'. Routing objects a
+spec no longer asks for are deleted the same way (only for a service that had routed).
     write status only if it differs; the Events of the change [core: events]
 
 Runs in a worker thread (kopf's executor or the resync loop); one lock per service keeps two
