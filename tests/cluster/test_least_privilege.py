@@ -1,7 +1,7 @@
 """Least privilege, asked of the real API server: what the chart's ServiceAccount may and may
-not do (`kubectl auth can-i --as=...`), the operator pod admitted where Pod Security
-`restricted` is enforced, and engine pods admitted there too, with the Hugging Face token only
-as a secretKeyRef."""
+not do (a SubjectAccessReview per row, what `kubectl auth can-i --as=...` sends), the operator
+pod admitted where Pod Security `restricted` is enforced, and engine pods admitted there too,
+with the Hugging Face token only as a secretKeyRef."""
 
 from __future__ import annotations
 
@@ -75,6 +75,22 @@ CAN_I: list[tuple[str, str, str, bool]] = [
 ]
 
 
+def resource_attributes(resource: str) -> dict[str, str]:
+    """`deployments.apps`, `pods/log` or `leases.coordination.k8s.io/NAME` as a
+    SubjectAccessReview's resource, group, subresource and name. Asked without discovery, so a
+    row holds whether or not the API group (an InferencePool's, say) is served here."""
+    if resource == "*":
+        return {"resource": "*", "group": "*"}
+    kind, _slash, rest = resource.partition("/")
+    plural, _dot, group = kind.partition(".")
+    attributes = {"resource": plural, "group": group}
+    if rest in SUBRESOURCES:
+        attributes["subresource"] = rest
+    elif rest:
+        attributes["name"] = rest
+    return attributes
+
+
 def helm_template(release: str, namespace: str, *sets: str) -> list[dict[str, Any]]:
     helm = str(build.binary("helm"))
     args = [helm, "template", release, str(CHART), "--namespace", namespace]
@@ -129,30 +145,34 @@ def other_namespace(k8s_api: Any, namespace: str) -> Any:
 def test_the_service_account_may_do_its_job_and_nothing_else(
     kubeconfig: Path, namespace: str, other_namespace: str
 ) -> None:
-    # kubectl resolves llmservices.serving.tokenpilot.dev through discovery: without the CRD
-    # it would ask about some other resource and answer "no" whatever the role says.
-    install_crd(client_for(kubeconfig))
     release = f"lp-{namespace[-6:]}"
     manifests = helm_template(release, namespace)
     rbac = [m for m in manifests if m["kind"] in RBAC_KINDS]
     fullname = f"{release}-tokenpilot"
     kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
     account = f"system:serviceaccount:{namespace}:{fullname}"
+    groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{namespace}",
+        "system:authenticated",
+    ]
+    scope = {"all": "", "release": namespace, "other": other_namespace}
+    client = client_for(kubeconfig)
     table = []
     try:
         for verb, resource, where, expected in CAN_I:
             resource = resource.format(lease=fullname)
-            scope = {"all": ["-A"], "release": ["-n", namespace], "other": ["-n", other_namespace]}
-            # kubectl reads resource/NAME as a name; a subresource is its own flag.
-            kind, _slash, rest = resource.partition("/")
-            target = [kind, f"--subresource={rest}"] if rest in SUBRESOURCES else [resource]
-            result = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, *target,
-                 f"--as={account}", *scope[where]],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            answer = result.stdout.strip()
-            assert answer in ("yes", "no"), result.stderr
+            attributes = {"verb": verb, "namespace": scope[where], **resource_attributes(resource)}
+            review = client.request(
+                "POST",
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                body={
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": account, "groups": groups, "resourceAttributes": attributes},
+                },
+            )
+            answer = "yes" if review["status"].get("allowed") else "no"
             table.append((verb, resource.replace(fullname, "<release>"), where, answer, expected))
     finally:
         cluster_wide = [m for m in rbac if m["kind"].startswith("Cluster")]

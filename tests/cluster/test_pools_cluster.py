@@ -172,6 +172,8 @@ def test_each_pool_is_a_deployment_with_its_budget_and_the_split_shows_in_kubect
     service = client.get(RESOURCES[("v1", "Service")].path(namespace, "chat"))
     assert service is not None and service["spec"]["selector"] == {SERVICE_LABEL: "chat"}
     assert len(ready_ips(client, namespace)) == 1 + l40s
+    # Nothing holds its deletion: no finalizer (kopf puts one on what a kopf timer matches).
+    assert not get_llms(client, namespace, "chat")["metadata"].get("finalizers")
 
     # A pool taken out of the spec takes its Deployment with it.
     patch_spec(client, namespace, "chat", {"accelerator": {"pools": pools[:1]}})

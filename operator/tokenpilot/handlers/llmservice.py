@@ -2,8 +2,8 @@
 
     create / update / resume   the spec changed or the operator started
     owned Deployment events    status follows the Deployment; hand edits are undone
-    pools timer                a service with GPU pools, every few seconds while a pool waits
-                               on the clock (spill-over; core.pools)
+    pools loop                 a service with GPU pools, every few seconds while a pool waits
+                               on the clock (spill-over; core.pools), from the watch cache
     engine pod events          status names why a pod cannot run (a crash loop, a missing
                                Secret) when it happens, not at the next resync
     resync loop                every `resync_interval_s`: nodes and optional APIs re-read,
@@ -50,11 +50,13 @@ async def _configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     # never reach the operator.
     settings.watching.label_selectors["v1", "pods"] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.resync_task = asyncio.create_task(_resync_forever(_runtime(memo)), name="resync")
+    memo.pools_task = asyncio.create_task(_recheck_pools_forever(_runtime(memo)), name="pools")
 
 
 @kopf.on.cleanup()
 async def _stop(memo: Any, **_: Any) -> None:
     await background.stop(getattr(memo, "resync_task", None))
+    await background.stop(getattr(memo, "pools_task", None))
 
 
 # A reconcile the API server could not answer (restarting, overloaded, etcd away) is retried
@@ -113,21 +115,30 @@ def resumed(body: kopf.Body, memo: Any, **_: Any) -> None:
 POOLS_RECHECK_S = 5.0
 
 
-def _has_pools(spec: Any, **_: Any) -> bool:
-    return bool((spec.get("accelerator") or {}).get("pools"))
-
-
-def _pools_waiting(status: Any) -> bool:
+def _pools_waiting(body: Any) -> bool:
+    if not ((body.get("spec") or {}).get("accelerator") or {}).get("pools"):
+        return False
     return any(
         p.get("state") == "SpilledOver" or p.get("readyReplicas", 0) < p.get("replicas", 0)
-        for p in status.get("pools") or []
+        for p in (body.get("status") or {}).get("pools") or []
     )
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=POOLS_RECHECK_S, when=_has_pools)
-def pools_waiting(body: kopf.Body, status: Any, memo: Any, **_: Any) -> None:
-    if _pools_waiting(status):
-        _reconcile(memo, body, "pools")
+async def _recheck_pools_forever(rt: Runtime) -> None:
+    """Every POOLS_RECHECK_S, a reconcile of each service whose pools wait, read from the
+    operator's watch-fed cache (while the cache is not current, the resync loop covers them).
+
+    The operator's own task, not a kopf timer: kopf puts a finalizer on every object a timer
+    matches, and that finalizer would keep a pooled service (and its CRD) from being deleted
+    while the operator is down."""
+    while True:
+        await asyncio.sleep(POOLS_RECHECK_S)
+        cached = rt.services.snapshot() if rt.services is not None else None
+        for body in [dict(item) for item in cached or () if _pools_waiting(item)]:
+            try:
+                await asyncio.to_thread(reconcile, rt, body, "pools")
+            except KubeError as exc:
+                log.warning("pools of %s/%s: %s", *_key(body), exc)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
