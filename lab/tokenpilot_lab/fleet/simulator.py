@@ -189,9 +189,7 @@ class FleetSimulation:
     def run(self, progress: ProgressFn | None = None) -> FleetResult:
         cfg, policy, trace = self.config, self.policy, self.trace
         duration_s = trace.duration_s
-        for _ in range(cfg.start_replicas):
-            self._new_replica(0.0, 0.0)
-        self._desired = cfg.start_replicas
+        self._open()
         requests = trace.requests
         num_requests = len(requests)
         prometheus = policy.source is MetricsSourceType.prometheus
@@ -246,6 +244,12 @@ class FleetSimulation:
         if progress is not None:
             progress(1.0)
         return self._result(end_s)
+
+    def _open(self) -> None:
+        """The fleet at t=0: the opening replicas, Ready."""
+        for _ in range(self.config.start_replicas):
+            self._new_replica(0.0, 0.0)
+        self._desired = self.config.start_replicas
 
     def _advance(self, now_s: float) -> None:
         ended = False
