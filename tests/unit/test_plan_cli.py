@@ -177,3 +177,88 @@ def test_a_budget_planned_at_the_engines_measured_pace(capsys: pytest.CaptureFix
     assert code == 2
     assert "every step priced 1.6x that" in out
     assert "INFEASIBLE" in out and "choose a faster SKU" in out
+
+
+LONG_MIX = ["--max-model-len", "131072", "--prompt-p99", "48000", "--mean-prompt", "12000"]
+
+
+def test_disaggregate_splits_long_prompts_and_says_why(capsys: pytest.CaptureFixture[str]):
+    # One H100 pool cannot meet both SLOs for 48k-token prompts (its own exit 2), the split can.
+    code, out, _ = _plan(
+        capsys,
+        *BASE,
+        "--gpu",
+        "H100-80GB",
+        *LONG_MIX,
+        "--mean-output",
+        "200",
+        "--disaggregate",
+        "--prefill-tp",
+        "2",
+        "--decode-gpu",
+        "L40S",
+        "--json",
+    )
+    assert code == 0
+    split = json.loads(out)["disaggregation"]
+    assert split["pays"] is True and split["problem"] is None
+    assert [p["role"] for p in split["pools"]] == ["prefill", "decode"]
+    assert [p["gpu"] for p in split["pools"]] == ["H100-80GB", "L40S"]
+    assert split["pools"][1]["token_budget"] == split["pools"][1]["max_num_seqs"] == 256
+    assert 0 < split["kv_transfer_s_p99"] < split["prefill_ttft_s"] < 2.0
+
+
+def test_disaggregate_advises_one_pool_for_short_prompts(capsys: pytest.CaptureFixture[str]):
+    code, out, _ = _plan(
+        capsys,
+        *BASE,
+        "--gpu",
+        "H100-80GB",
+        "--max-model-len",
+        "8192",
+        "--prompt-p99",
+        "7400",
+        "--mean-prompt",
+        "2048",
+        "--mean-output",
+        "28",
+        "--disaggregate",
+    )
+    assert code == 0
+    assert "prefill and decode apart" in out
+    assert "verdict: one pool:" in out
+
+
+def test_disaggregate_exits_2_when_no_prefill_replica_carries_the_p99_prompt(
+    capsys: pytest.CaptureFixture[str],
+):
+    code, out, _ = _plan(
+        capsys,
+        *BASE,
+        "--gpu",
+        "L40S",
+        "--max-model-len",
+        "131072",
+        "--prompt-p99",
+        "120000",
+        "--disaggregate",
+    )
+    assert code == 2
+    assert "the P99 prompt (120,000 tokens)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "fix"),
+    [
+        ([], "give --prompt-p99"),
+        (["--prompt-p99", "4000", "--prefill-tp", "0"], "--prefill-tp 0"),
+        (["--prompt-p99", "4000", "--kv-link-gbps", "0"], "Gb/s"),
+        (["--prompt-p99", "4000", "--mean-prompt", "5000"], "give a P99 at least the mean"),
+    ],
+)
+def test_disaggregate_refuses_a_mix_or_pool_it_cannot_plan(
+    capsys: pytest.CaptureFixture[str], extra: list[str], fix: str
+):
+    code, _, err = _plan(capsys, *BASE, "--gpu", "H100-80GB", "--disaggregate", *extra)
+    assert code == 2
+    assert fix in err

@@ -259,3 +259,53 @@ def test_a_preempted_request_recomputes_its_prompt_and_the_tokens_it_had() -> No
     )
     assert recompute.num_prefill_tokens == 100 + outputs_before
     assert sum("new" in r.emitted for r in results) == 150  # no token is produced twice
+
+
+# ----- a disaggregated service's decode engine: the prompt's KV handed over ------------------
+
+
+def test_a_handed_over_prompt_computes_only_its_last_token_then_decodes() -> None:
+    eng = engine(enable_prefix_caching=False)
+    eng.submit(SimRequest("a", 1000, 3, num_handed_over_tokens=999), now_s=2.0)
+    events = eng.drain()
+    timer = LinearTimer()
+    stats = finished(events)["a"].stats
+    # The first step prefills one token attending the 999 handed over: no 1,000-token prefill.
+    assert eng.step_log.num_prefill_tokens[0] == 1
+    assert stats.first_token_s == pytest.approx(
+        2.0 + timer.iteration_s(0, 0, [PrefillChunk(1, 999)])
+    )
+    assert stats.num_output_tokens == 3
+    # Its KV is held from the start, as the hand-off brought it.
+    assert eng.kv_cache_usage == 0.0
+
+
+def test_a_handed_over_prompt_holds_its_kv_blocks_while_it_decodes() -> None:
+    eng = engine(enable_prefix_caching=False, num_kv_blocks=100, max_model_len=1024)
+    eng.submit(SimRequest("a", 800, 50, num_handed_over_tokens=799), now_s=0.0)
+    eng.advance_until(0.02)
+    # 801 tokens in 16-token blocks: 51 of the 100 blocks.
+    assert eng.kv_cache_usage == pytest.approx(51 / 100)
+
+
+def test_a_preempted_handed_over_prompt_recomputes_all_of_it() -> None:
+    # Two hand-offs growing past the cache: the newest is preempted, loses its KV, and its
+    # recompute prefills the whole prompt (and what it had generated).
+    eng = engine(enable_prefix_caching=False, num_kv_blocks=40, max_model_len=512)
+    for name in ("a", "b"):
+        eng.submit(SimRequest(name, 200, 200, num_handed_over_tokens=199), now_s=0.0)
+    events = eng.drain()
+    assert [e.request_id for e in events if isinstance(e, Preempted)][:1] == ["b"]
+    assert max(eng.step_log.num_prefill_tokens) > 200
+    assert sorted(finished(events)) == ["a", "b"]
+
+
+@pytest.mark.parametrize("handed_over", [-1, 100, 101])
+def test_a_hand_off_of_the_whole_prompt_or_more_is_refused(handed_over: int) -> None:
+    with pytest.raises(InvalidRequest, match="num_handed_over_tokens"):
+        SimRequest("a", 100, 1, num_handed_over_tokens=handed_over)
+
+
+def test_a_hand_off_to_an_engine_with_prefix_caching_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="without prefix caching"):
+        engine().submit(SimRequest("a", 100, 1, num_handed_over_tokens=99), now_s=0.0)

@@ -46,6 +46,7 @@ from tokenpilot_lab.fleet.results import (
 )
 from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import Engine, EngineConfig, Finished, FirstToken, SimRequest, StepTimer
+from tokenpilot_lab.sim.events import RequestStats
 from tokenpilot_lab.sim.prefix import chain
 from tokenpilot_lab.sim.request import InvalidRequest
 from tokenpilot_lab.workload import Trace
@@ -252,8 +253,13 @@ class FleetSimulation:
         self._desired = self.config.start_replicas
 
     def _advance(self, now_s: float) -> None:
+        if self._advance_each(self._live, now_s):
+            self._live = [r for r in self._live if r.ended_s is None]
+
+    def _advance_each(self, replicas: list[_Replica], now_s: float) -> bool:
+        """Advance `replicas` to `now_s`, handling their events; True if a draining one ended."""
         ended = False
-        for replica in self._live:
+        for replica in replicas:
             engine = replica.engine
             if engine.idle:
                 continue
@@ -262,55 +268,68 @@ class FleetSimulation:
             if replica.removed_s is not None and replica.outstanding == 0:
                 replica.ended_s = max(replica.removed_s, engine.now_s)
                 ended = True
-        if ended:
-            self._live = [r for r in self._live if r.ended_s is None]
+        return ended
 
     def _on_event(self, replica: _Replica, event: object) -> None:
         if type(event) is Finished:
             stats = event.stats
-            index = int(stats.request_id)
-            ttft_s = stats.first_token_s - stats.arrival_s
-            itl_p99_s = request_itl_p99_s(stats.itl_s or ())
-            self._ttft_s[index] = ttft_s
-            self._itl_p99_s[index] = itl_p99_s
-            if ttft_s <= self.config.ttft_slo_s and itl_p99_s <= self.config.itl_slo_s:
-                self._num_met += 1
-            replica.outstanding -= 1
-            replica.num_requests += 1
-            replica.prompt_lengths.observe(stats.num_prompt_tokens)
-            replica.output_lengths.observe(stats.num_output_tokens)
-            replica.prefill_s += stats.first_token_s - stats.first_scheduled_s
-            replica.num_prefills += 1
-            if stats.finish_s > self._last_finish_s:
-                self._last_finish_s = stats.finish_s
+            self._count_finished(replica, stats)
+            self._record(int(stats.request_id), stats.first_token_s - stats.arrival_s, stats.itl_s)
         elif type(event) is FirstToken:
             index = int(event.request_id)
-            replica.ttft.observe(event.time_s - self._arrival_s[index])
-            replica.num_prompt_tokens += self.trace.requests[index].num_prompt_tokens
-            replica.num_output_tokens += 1
+            self._count_first_token(replica, index, event.time_s - self._arrival_s[index])
+
+    def _record(self, index: int, ttft_s: float, itl_s: tuple[float, ...] | None) -> None:
+        """A request's outcome as its client saw it."""
+        itl_p99_s = request_itl_p99_s(itl_s or ())
+        self._ttft_s[index] = ttft_s
+        self._itl_p99_s[index] = itl_p99_s
+        if ttft_s <= self.config.ttft_slo_s and itl_p99_s <= self.config.itl_slo_s:
+            self._num_met += 1
+
+    def _count_finished(self, replica: _Replica, stats: RequestStats) -> None:
+        """A finished request in its engine's own counters and histograms."""
+        replica.outstanding -= 1
+        replica.num_requests += 1
+        replica.prompt_lengths.observe(stats.num_prompt_tokens)
+        replica.output_lengths.observe(stats.num_output_tokens)
+        replica.prefill_s += stats.first_token_s - stats.first_scheduled_s
+        replica.num_prefills += 1
+        if stats.finish_s > self._last_finish_s:
+            self._last_finish_s = stats.finish_s
+
+    def _count_first_token(self, replica: _Replica, index: int, ttft_s: float) -> None:
+        """A first token in its engine's counters; `ttft_s` as the engine measures it."""
+        replica.ttft.observe(ttft_s)
+        replica.num_prompt_tokens += self.trace.requests[index].num_prompt_tokens
+        replica.num_output_tokens += 1
 
     def _dispatch(self, index: int, now_s: float) -> None:
         best = self._pick(now_s)
         if best is None:
             self._pending.append(index)
             return
+        self._submit(best, self._engine_request(index), now_s)
+
+    def _engine_request(self, index: int) -> SimRequest:
+        """What the engine an arrival goes to is asked: here the whole request."""
         request = self.trace.requests[index]
+        return SimRequest(
+            str(index),
+            request.num_prompt_tokens,
+            request.num_output_tokens,
+            block_hashes=_chained(request.hash_ids) if request.hash_ids else (),
+            hash_block_tokens=self._hash_block_tokens,
+        )
+
+    def _submit(self, replica: _Replica, request: SimRequest, now_s: float) -> None:
         try:
-            best.engine.submit(
-                SimRequest(
-                    str(index),
-                    request.num_prompt_tokens,
-                    request.num_output_tokens,
-                    block_hashes=_chained(request.hash_ids) if request.hash_ids else (),
-                    hash_block_tokens=self._hash_block_tokens,
-                ),
-                now_s,
-            )
+            replica.engine.submit(request, now_s)
         except InvalidRequest:
             # vLLM answers 400 for a prompt beyond max_model_len: counted, never retried.
             self._num_rejected += 1
             return
-        best.outstanding += 1
+        replica.outstanding += 1
 
     def _pick(self, now_s: float) -> _Replica | None:
         """The replica the balancer sends an arrival to; None when none is Ready."""
@@ -480,14 +499,17 @@ class FleetSimulation:
 
     def _drain(self, duration_s: float) -> float:
         """Finish what the engines hold; requests still at the balancer are unserved."""
-        for replica in self._live:
-            for event in replica.engine.drain():
-                self._on_event(replica, event)
+        self._drain_engines()
         end_s = max(duration_s, self._last_finish_s)
         for replica in self._live:
             if replica.removed_s is not None:
                 replica.ended_s = max(replica.removed_s, replica.engine.now_s)
         return end_s
+
+    def _drain_engines(self) -> None:
+        for replica in self._live:
+            for event in replica.engine.drain():
+                self._on_event(replica, event)
 
     def _result(self, end_s: float) -> FleetResult:
         cfg = self.config

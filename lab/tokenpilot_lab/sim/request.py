@@ -32,6 +32,10 @@ class SimRequest:
     # shorter. Empty: the prompt shares nothing with any other.
     block_hashes: tuple[int, ...] = ()
     hash_block_tokens: int = 16
+    # Prompt tokens whose KV arrives computed from a prefill engine (a disaggregated service's
+    # hand-off): they cost no step, only KV blocks, unless the sequence is preempted and must
+    # recompute them. At most the prompt less one token, which the engine computes for logits.
+    num_handed_over_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:
@@ -43,6 +47,11 @@ class SimRequest:
             raise InvalidRequest(
                 f"request {self.request_id}: num_output_tokens must be at least 1, "
                 f"got {self.num_output_tokens}"
+            )
+        if not 0 <= self.num_handed_over_tokens < self.num_prompt_tokens:
+            raise InvalidRequest(
+                f"request {self.request_id}: num_handed_over_tokens must be in [0, "
+                f"num_prompt_tokens - 1], got {self.num_handed_over_tokens}"
             )
         if self.hash_block_tokens < 1:
             raise InvalidRequest(
@@ -71,6 +80,7 @@ class Sequence:
         "num_blocks",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_handed_over_tokens",
         "num_output_target",
         "num_output_tokens",
         "num_preemptions",
@@ -88,6 +98,7 @@ class Sequence:
         self.finish_reason = request.finish_reason
         self.arrival_s = arrival_s
         self.num_computed_tokens = 0
+        self.num_handed_over_tokens = request.num_handed_over_tokens
         self.num_output_tokens = 0
         # KV blocks: all of them, and those in prefix-cache units it holds (`held_units`, a
         # prefix of its prompt's units; see kv_cache.BlockPool). The rest are its own.

@@ -9,6 +9,8 @@ The algorithm, as in vLLM V1:
 2. Only if nothing was preempted, walk the waiting queue in arrival order while budget and
    `max_num_seqs` allow. With prefix caching a sequence first takes the longest cached prefix
    of its prompt (never its last token): those tokens count as computed and cost nothing.
+   Without it, a prompt whose KV was handed over by a prefill engine (disaggregated serving)
+   counts those tokens as computed likewise, until a preemption frees them.
    It then takes the rest of its prompt, or with chunked prefill the part that fits the
    budget. Without chunked prefill a prompt larger than the budget left waits, and so does
    everyone behind it (FCFS). A sequence whose blocks do not fit also waits.
@@ -83,6 +85,10 @@ def schedule(
             if caching:
                 units, num_cached_blocks = pool.find_cached(seq)
                 num_cached = num_cached_blocks * pool.block_size
+            elif seq.num_preemptions == 0:
+                # KV handed over by a prefill engine counts as computed until a preemption
+                # frees it.
+                num_cached = seq.num_handed_over_tokens
             else:
                 num_cached = 0
             num_new = seq.num_tokens - num_cached
@@ -98,7 +104,9 @@ def schedule(
                 out.num_prefix_cache_hits += num_cached
                 if seq.num_cached_tokens is None:
                     seq.num_cached_tokens = num_cached
-            elif not pool.allocate(seq, num_new):
+            elif pool.allocate(seq, num_cached + num_new):
+                seq.num_computed_tokens = num_cached
+            else:
                 break
             waiting.popleft()
             running.append(seq)

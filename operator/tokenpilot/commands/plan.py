@@ -5,6 +5,12 @@ Every default is the LLMService API's, so `plan` prints what the operator would 
 spec that leaves the same fields out.
 Exit status: 0 when the SLOs can be met, 2 when they cannot or the input is wrong (unknown GPU,
 unknown model, a model that does not fit), so scripts can gate on it.
+
+With `--disaggregate` it also plans the service with prefill and decode apart
+(core.disaggregation): each pool's GPU, batching and tensor parallelism, the KV transfer of the
+P99 prompt, the TTFT left to the prefill pool, and whether the split pays for this mix against
+one pool on `--gpu`, each priced at its profile's hourly cost; the exit status is then the
+split's (2 where even its prefill pool cannot carry the P99 prompt within the TTFT).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +32,22 @@ from tokenpilot.api.llmservice import (
 from tokenpilot.api.model_shape import MODEL_PRESETS, ModelShape, UnknownModelPreset
 from tokenpilot.api.units import GPU_MEMORY_UTILIZATION, ITL_P99, TTFT_P99
 from tokenpilot.commands.tuner_flags import add_tuner_flags, workload_hints
+from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
 from tokenpilot.core.batching import Bound
+from tokenpilot.core.disaggregation import (
+    DEFAULT_KV_LINK,
+    DisaggregationPlan,
+    KvLink,
+    PhaseWorkload,
+    Verdict,
+    plan_phases,
+    verdict,
+)
 from tokenpilot.core.durations import check_fraction, format_duration_s, parse_within
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel
 from tokenpilot.core.tuner import (
+    DEFAULT_OUTPUT_TOKENS,
     MAX_ENGINE_SLOWDOWN,
     Recommendation,
     check_engine_slowdown,
@@ -93,6 +111,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--strict", action="store_true", help="treat SLOs that cannot both be met as an error"
     )
     parser.add_argument(
+        "--disaggregate",
+        action="store_true",
+        help="also plan prefill and decode apart and say whether the split pays for this mix",
+    )
+    parser.add_argument("--prefill-gpu", help="the prefill pool's GPU (default: --gpu)")
+    parser.add_argument("--decode-gpu", help="the decode pool's GPU (default: --gpu)")
+    parser.add_argument(
+        "--prefill-tp",
+        type=int,
+        help="GPUs per prefill replica (default: --tensor-parallel-size)",
+    )
+    parser.add_argument(
+        "--mean-prompt",
+        type=int,
+        help="mean prompt length in tokens, for --disaggregate (default: --prompt-p99 / 4)",
+    )
+    parser.add_argument(
+        "--mean-output",
+        type=int,
+        default=DEFAULT_OUTPUT_TOKENS,
+        help=f"mean output length in tokens, for --disaggregate (default {DEFAULT_OUTPUT_TOKENS})",
+    )
+    parser.add_argument(
+        "--kv-link-gbps",
+        type=float,
+        default=DEFAULT_KV_LINK.gbps,
+        help="the network between prefill and decode pods, Gb/s one way, for --disaggregate "
+        f"(default {DEFAULT_KV_LINK.gbps:g}: {DEFAULT_KV_LINK.source})",
+    )
+    parser.add_argument(
         "--profiles-dir",
         type=Path,
         action="append",
@@ -128,8 +176,11 @@ def run(args: argparse.Namespace) -> int:
             gpu_memory_utilization=args.gpu_memory_utilization,
         )
         slowdown = check_engine_slowdown(args.engine_slowdown, "--engine-slowdown")
-        profile = chosen_profile(load_catalog(args.profiles_dir), args.gpu, args.gpu_profile)
-        rec = recommend(PlanInputs.of(profile, shape, slo, hints), engine_slowdown=slowdown)
+        catalog = load_catalog(args.profiles_dir)
+        profile = chosen_profile(catalog, args.gpu, args.gpu_profile)
+        inputs = PlanInputs.of(profile, shape, slo, hints)
+        rec = recommend(inputs, engine_slowdown=slowdown)
+        split = _split(args, catalog, inputs) if args.disaggregate else None
     # Every refusal here is the user's to fix: print it and exit 2, never a traceback.
     except (TokenPilotError, UnknownModelPreset) as exc:
         if args.json:
@@ -138,10 +189,91 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INFEASIBLE
     model_name = args.model or str(args.shape)
     if args.json:
-        print(json.dumps(_as_json(rec, model_name, slowdown), indent=2))
+        out = _as_json(rec, model_name, slowdown)
+        if split is not None:
+            out["disaggregation"] = _split_json(*split)
+        print(json.dumps(out, indent=2))
     else:
         print(_as_table(rec, model_name, slo))
+        if split is not None:
+            print("\n" + _split_table(*split))
+    if split is not None:
+        return 0 if split[0].problem is None else EXIT_INFEASIBLE
     return 0 if rec.decision.feasible else EXIT_INFEASIBLE
+
+
+def _split(
+    args: argparse.Namespace, catalog: Any, aggregated: PlanInputs
+) -> tuple[DisaggregationPlan, Verdict, PhaseWorkload]:
+    """The split's plan and verdict for the flags' mix, each pool on its own GPU."""
+    if args.prompt_p99 is None:
+        raise InvalidSpec("--disaggregate needs the mix: give --prompt-p99 (and --mean-prompt)")
+    mean_prompt = args.mean_prompt or max(1, round(args.prompt_p99 / TAIL_PROMPT_FACTOR))
+    workload = PhaseWorkload(float(mean_prompt), args.prompt_p99, float(args.mean_output))
+    tp = aggregated.hints.tensor_parallel_size if args.prefill_tp is None else args.prefill_tp
+    if tp < 1:
+        raise InvalidSpec(f"--prefill-tp {tp}: give at least 1 GPU per prefill replica")
+    link = (
+        DEFAULT_KV_LINK
+        if args.kv_link_gbps == DEFAULT_KV_LINK.gbps
+        else KvLink(args.kv_link_gbps, "--kv-link-gbps")
+    )
+    plain = replace(aggregated.hints, prompt_p99_tokens=None, expected_context_tokens=None)
+    phase = []
+    for gpu, gpus in ((args.prefill_gpu, tp), (args.decode_gpu, None)):
+        profile = aggregated.profile if gpu is None else catalog.get(gpu)
+        hints = plain if gpus is None else replace(plain, tensor_parallel_size=gpus)
+        phase.append(PlanInputs.of(profile, aggregated.shape, aggregated.slo, hints))
+    prices = tuple(p.profile.hourly_cost_usd for p in (aggregated, *phase))
+    plan = plan_phases(phase[0], phase[1], workload, link)
+    told = verdict(aggregated, phase[0], phase[1], workload, prices, link)  # type: ignore[arg-type]
+    return plan, told, workload
+
+
+def _split_json(plan: DisaggregationPlan, told: Verdict, workload: PhaseWorkload) -> dict[str, Any]:
+    return {
+        "pays": told.pays,
+        "words": told.words,
+        "workload": {
+            "mean_prompt_tokens": workload.mean_prompt_tokens,
+            "prompt_p99_tokens": workload.prompt_p99_tokens,
+            "mean_output_tokens": workload.mean_output_tokens,
+        },
+        "pools": [
+            {
+                "role": p.role,
+                "gpu": p.gpu,
+                "token_budget": p.token_budget,
+                "max_num_seqs": p.max_num_seqs,
+                "words": p.words,
+            }
+            for p in (plan.prefill, plan.decode)
+        ],
+        "kv_transfer_s_p99": round(plan.kv_transfer_s_p99, 6),
+        "prefill_ttft_s": None if plan.prefill_ttft_s is None else round(plan.prefill_ttft_s, 6),
+        "usd_per_hour_per_rps": {
+            "aggregated": round(told.aggregated_per_rps, 6),
+            "disaggregated": round(told.disaggregated_per_rps, 6),
+        },
+        "problem": plan.problem,
+    }
+
+
+def _split_table(plan: DisaggregationPlan, told: Verdict, workload: PhaseWorkload) -> str:
+    left = "" if plan.prefill_ttft_s is None else f", {plan.prefill_ttft_s:.2f} s of TTFT left"
+    lines = [
+        f"prefill and decode apart, for a mean prompt of {workload.mean_prompt_tokens:,.0f} "
+        f"tokens (P99 {workload.prompt_p99_tokens:,}) and a mean output of "
+        f"{workload.mean_output_tokens:,.0f}:",
+        *(
+            f"  {p.role:<8}{p.gpu:<12}--max-num-batched-tokens {p.token_budget} --max-num-seqs "
+            f"{p.max_num_seqs}  ({p.words})"
+            for p in (plan.prefill, plan.decode)
+        ),
+        f"  KV transfer of the P99 prompt {plan.kv_transfer_s_p99 * 1e3:.0f} ms{left}",
+        f"verdict: {told.words}",
+    ]
+    return "\n".join(lines)
 
 
 def _shape(args: argparse.Namespace) -> ModelShape:

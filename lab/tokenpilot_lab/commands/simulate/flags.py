@@ -53,6 +53,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mean-rps", type=float, default=2.0, help="synthetic mean rate")
     parser.add_argument("--duration", type=float, default=600.0, help="synthetic span, seconds")
     parser.add_argument(
+        "--median-prompt",
+        type=int,
+        default=1024,
+        help="synthetic median prompt, tokens (log-normal, sigma 0.8)",
+    )
+    parser.add_argument(
+        "--median-output",
+        type=int,
+        default=128,
+        help="synthetic median output, tokens (log-normal, sigma 0.8)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -228,7 +240,12 @@ def check_flags(args: argparse.Namespace) -> None:
         ("--target-running", args.target_running),
     ]
     if args.synthetic is not None:
-        above_zero += [("--mean-rps", args.mean_rps), ("--duration", args.duration)]
+        above_zero += [
+            ("--mean-rps", args.mean_rps),
+            ("--duration", args.duration),
+            ("--median-prompt", args.median_prompt),
+            ("--median-output", args.median_output),
+        ]
     check_engine_slowdown(args.engine_slowdown, "--engine-slowdown")
     for flag, value, low in at_least:
         if value is not None and not (math.isfinite(value) and value >= low):
@@ -257,12 +274,16 @@ def load_trace(args: argparse.Namespace) -> Trace:
         mapping = mapping_from_spec(args.columns) if args.columns else None
         trace = read_trace(args.trace, mapping)
     else:
+        lengths = {
+            "median_prompt_tokens": args.median_prompt,
+            "median_output_tokens": args.median_output,
+        }
         if args.synthetic == "poisson":
-            trace = poisson(args.mean_rps, args.duration, seed=args.seed)
+            trace = poisson(args.mean_rps, args.duration, seed=args.seed, **lengths)
         elif args.synthetic == "bursts":
-            trace = _bursts(args.mean_rps, args.duration, seed=args.seed)
+            trace = _bursts(args.mean_rps, args.duration, seed=args.seed, **lengths)
         else:
-            trace = _diurnal(args.mean_rps, args.duration, seed=args.seed)
+            trace = _diurnal(args.mean_rps, args.duration, seed=args.seed, **lengths)
     if args.from_s or args.to_s is not None:
         trace = window(trace, args.from_s, args.to_s)
     if not trace.requests:
@@ -278,14 +299,14 @@ def load_trace(args: argparse.Namespace) -> Trace:
     return scale_rate(trace, factor) if factor != 1.0 else trace
 
 
-def _bursts(mean_rps: float, duration_s: float, *, seed: int) -> Trace:
+def _bursts(mean_rps: float, duration_s: float, *, seed: int, **lengths: int) -> Trace:
     # Quiet at half the mean, bursts at 5.5x the mean for a tenth of each 5 min: mean as asked.
-    return bursts(mean_rps * 0.5, mean_rps * 5.5, duration_s, seed=seed)
+    return bursts(mean_rps * 0.5, mean_rps * 5.5, duration_s, seed=seed, **lengths)
 
 
-def _diurnal(mean_rps: float, duration_s: float, *, seed: int) -> Trace:
+def _diurnal(mean_rps: float, duration_s: float, *, seed: int, **lengths: int) -> Trace:
     # One whole cycle over the run so a short run still sees a trough and a peak.
-    return diurnal(mean_rps, duration_s, seed=seed, period_s=max(duration_s, 1.0))
+    return diurnal(mean_rps, duration_s, seed=seed, period_s=max(duration_s, 1.0), **lengths)
 
 
 def parse_rate(text: str) -> float:

@@ -30,6 +30,12 @@ long prompts among them; one that does not builds a queue that every request beh
 out, for the whole burst and until the queue drains. So `keep_up_only` asks for the first
 rule and the ITL at the burst's rate, with prefill at most fully busy (rho <= 1) instead of
 the TTFT's limit.
+
+The decode pool of a disaggregated service (core.disaggregation) receives its prompts computed:
+a prefill engine hands over their KV, and the decode engine computes only each prompt's last
+token. Its replica model (`prompts_arrive_computed`) prefills one token per request, attends
+the whole prompt from the first decode, and has no prefill chunk beside its decodes, so the ITL
+test is the steady step itself, within the tuner's `ITL_HEADROOM` of the SLO.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import math
 from dataclasses import dataclass, replace
 
 from tokenpilot.core.roofline import PrefillChunk, ScaledPricer, StepPricer, priced_at
+from tokenpilot.core.tuner import ITL_HEADROOM
 
 # The utilization of the prefill server where the tail prompt cannot meet the TTFT even alone:
 # under processor sharing a prompt then takes twice its own prefill time.
@@ -110,6 +117,7 @@ class ReplicaModel:
     num_kv_tokens: int
     itl_slo_s: float | None
     ttft_slo_s: float | None
+    prompts_arrive_computed: bool = False
 
     def slowed(self, factor: float) -> ReplicaModel:
         """This replica on engines whose every step takes `factor` times the model's price."""
@@ -123,7 +131,7 @@ class ReplicaModel:
     def serves(self, demand: Demand, *, keep_up_only: bool = False) -> Verdict:
         """Whether one replica serves `demand` (already its share) within the SLOs, or, with
         `keep_up_only`, keeps up with it (see the module docstring)."""
-        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        p, d = self._rates(demand)
         context, chunk_context = _contexts(demand)
         t, keeps_up = self._steady_step(demand)
         if not keeps_up:
@@ -133,6 +141,13 @@ class ReplicaModel:
             return Verdict(False, t, n, math.inf, f"{n:.0f} decodes exceed max_num_seqs")
         if n * context > KV_HEADROOM * self.num_kv_tokens:
             return Verdict(False, t, n, math.inf, "the decodes' context would fill the KV cache")
+        if self.prompts_arrive_computed:
+            # The decodes' step is the steady one, and the batch around it comes and goes with
+            # the arrivals: it keeps the tuner's headroom under the ITL, as a planned decode
+            # batch does.
+            if self.itl_slo_s is not None and t > self.itl_slo_s * ITL_HEADROOM:
+                return Verdict(False, t, n, 0.0, f"a step of the decodes takes {t * 1e3:.0f} ms")
+            return Verdict(True, t, n, 0.0)
         room = max(1, self.token_budget - math.ceil(n))
         full_s = self.pricer.iteration_s(
             math.ceil(n), math.ceil(n * context), (PrefillChunk(room, chunk_context),)
@@ -167,7 +182,7 @@ class ReplicaModel:
         amplified by the batch it brings. None where steps
         of `step_s` could not have carried `demand`: more decodes than max_num_seqs, or more
         prompt tokens than the budget leaves them."""
-        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        p, d = self._rates(demand)
         context, chunk_context = _contexts(demand)
         n = math.ceil(d * step_s)
         room = self.token_budget - n
@@ -175,6 +190,8 @@ class ReplicaModel:
         if share > 1.0 or n > self.max_num_seqs:
             return None
         alone_s = self.pricer.iteration_s(n, math.ceil(n * context))
+        if self.prompts_arrive_computed:
+            return StepKinds(alone_s, alone_s, 0.0)
         chunk_s = self.pricer.iteration_s(
             n, math.ceil(n * context), (PrefillChunk(room, chunk_context),)
         )
@@ -183,7 +200,7 @@ class ReplicaModel:
     def _steady_step(self, demand: Demand) -> tuple[float, bool]:
         """The fixed point t = iteration_s(D t decodes, a chunk of P t tokens), and whether it
         exists within the budget."""
-        p, d = demand.prompt_tokens_per_s, demand.output_tokens_per_s
+        p, d = self._rates(demand)
         context, chunk_context = _contexts(demand)
         limit_s = _RUNAWAY * (self.itl_slo_s or 0.05)
         t = self.pricer.iteration_s(0, 0)
@@ -200,6 +217,14 @@ class ReplicaModel:
                 return nxt, True
             t = nxt
         return t, True
+
+    def _rates(self, demand: Demand) -> tuple[float, float]:
+        """Prompt tokens this replica prefills and output tokens it decodes, per second: one
+        prompt token per request where the prompts arrive computed."""
+        d = demand.output_tokens_per_s
+        if self.prompts_arrive_computed:
+            return d / max(1.0, demand.mean_output_tokens), d
+        return demand.prompt_tokens_per_s, d
 
     def chunk_alone_step_s(self) -> float:
         """The shortest step that carries a whole chunk: one decode beside the rest of the

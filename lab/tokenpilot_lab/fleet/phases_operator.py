@@ -1,0 +1,144 @@
+"""`tokenpilot` on a disaggregated service: the operator's autoscaler once per pool, in virtual
+time.
+
+Each evaluation runs `core.autoscale.loop.step`, the state machine the operator's handler calls,
+once for the prefill pool on the prefill pods' pages and once for the decode pool on the decode
+pods' pages, each with its phase's policy (`core.disaggregation.phase_policies`): the same
+rules as an aggregated service's (blind holds, breaches, the forecast's need, the step-down
+windows), the prefill pool against its share of the TTFT and the decode pool against the ITL.
+
+The phase plan (`core.disaggregation.plan_phases`) starts from the tuner's defaults, as the
+operator's first plan does with no hints; once the decode pool's learned workload rests on
+enough requests (it sees every request's whole prompt and output) the plan is remade from it,
+and again whenever one of its figures moves by `REPLAN_CHANGE` or more; that moves the
+prefill pool's TTFT share (the KV transfer of the P99 prompt) and both capacity models'
+workload. The engines keep the budgets they were created with.
+
+Nothing here reads the trace or the engines' timer: the spec, the GPU profiles, the KV link and
+the pods' metrics are what the operator holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from tokenpilot.api.llmservice import LLMServiceSpec, MetricsSourceType
+from tokenpilot.core.autoscale.loop import ServiceState, step
+from tokenpilot.core.autoscale.observation import Current, Now
+from tokenpilot.core.autoscale.spec import evaluation_interval_s
+from tokenpilot.core.autoscale.window import PodScrapes
+from tokenpilot.core.disaggregation import (
+    DEFAULT_KV_LINK,
+    DisaggregationPlan,
+    KvLink,
+    PhaseWorkload,
+    phase_models,
+    phase_policies,
+    plan_phases,
+)
+from tokenpilot.core.plan_inputs import PlanInputs
+from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView, PoolView
+
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+PHASES = ("prefill", "decode")
+# A learned figure this far from the one planned for re-plans (the re-tune's materiality).
+REPLAN_CHANGE = 0.1
+
+
+@dataclass
+class PhasesOperator:
+    """See the module docstring. Build with `PhasesOperator.created`."""
+
+    spec: LLMServiceSpec
+    inputs: tuple[PlanInputs, PlanInputs]
+    bounds: tuple[tuple[int, int], tuple[int, int]]
+    link: KvLink
+    plan: DisaggregationPlan
+    workload: PhaseWorkload
+    states: list[ServiceState]
+    name: str = "tokenpilot"
+    source: MetricsSourceType = MetricsSourceType.direct
+    interval_s: float = field(init=False)
+    # (virtual seconds, the workload planned for) at each re-plan.
+    replans: list[tuple[float, PhaseWorkload]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.interval_s = self.states[0].interval_s
+
+    @staticmethod
+    def created(
+        spec: LLMServiceSpec,
+        inputs: tuple[PlanInputs, PlanInputs],
+        bounds: tuple[tuple[int, int], tuple[int, int]],
+        link: KvLink = DEFAULT_KV_LINK,
+    ) -> PhasesOperator:
+        workload = PhaseWorkload.planned(None)
+        plan = plan_phases(*inputs, workload, link)
+        policies = phase_policies(spec, phase_models(*inputs, plan), bounds)
+        interval_s = evaluation_interval_s(spec)
+        return PhasesOperator(
+            spec,
+            inputs,
+            bounds,
+            link,
+            plan,
+            workload,
+            [ServiceState(p, interval_s=interval_s) for p in policies],
+        )
+
+    def decide(self, view: PoolsView) -> PoolsChoice:
+        now = Now(
+            view.fleet.now_s,
+            (_EPOCH + timedelta(seconds=view.fleet.now_s)).isoformat().replace("+00:00", "Z"),
+        )
+        self._replan(view.fleet.now_s)
+        wanted, words = [], []
+        for i, pool in enumerate(view.pools):
+            self.states[i], decision, _ = step(self.states[i], *_readings(pool), now)
+            wanted.append(decision.desired_replicas)
+            words.append(f"{PHASES[i]} -> {decision.desired_replicas}: {decision.reason}")
+        return PoolsChoice(tuple(wanted), "; ".join(words))
+
+    def _replan(self, now_s: float) -> None:
+        learned = self.states[1].workload.learned()
+        workload = PhaseWorkload.planned(learned)
+        if not _moved(self.workload, workload):
+            return
+        # The engines keep their budgets: the plan is remade at them.
+        plan = plan_phases(*self._at_running_budgets(), workload, self.link)
+        policies = phase_policies(self.spec, phase_models(*self.inputs, plan), self.bounds)
+        self.plan, self.workload = plan, workload
+        self.states = [replace(s, policy=p) for s, p in zip(self.states, policies, strict=True)]
+        self.replans.append((now_s, workload))
+
+    def _at_running_budgets(self) -> tuple[PlanInputs, PlanInputs]:
+        out = []
+        for inputs, phase in zip(self.inputs, (self.plan.prefill, self.plan.decode), strict=True):
+            hints = replace(
+                inputs.hints, token_budget=phase.token_budget, max_num_seqs=phase.max_num_seqs
+            )
+            out.append(replace(inputs, hints=hints))
+        return out[0], out[1]
+
+
+def _moved(planned: PhaseWorkload, seen: PhaseWorkload) -> bool:
+    """Whether a figure of the mix moved by `REPLAN_CHANGE` or more from the one planned for."""
+    pairs = (
+        (planned.mean_prompt_tokens, seen.mean_prompt_tokens),
+        (planned.prompt_p99_tokens, seen.prompt_p99_tokens),
+        (planned.mean_output_tokens, seen.mean_output_tokens),
+    )
+    return any(abs(b - a) >= REPLAN_CHANGE * a for a, b in pairs)
+
+
+def _readings(pool: PoolView) -> tuple[PodScrapes, Current]:
+    view = pool.view
+    return (
+        PodScrapes(at_s=view.scraped_at_s, samples=view.pods, num_pods_expected=view.num_ready),
+        Current(
+            spec_replicas=view.spec_replicas,
+            ready_replicas=view.num_ready,
+            pod_startups_s=view.pod_startups_s,
+        ),
+    )
