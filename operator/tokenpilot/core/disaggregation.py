@@ -30,6 +30,7 @@ times less.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -84,6 +85,22 @@ DEFAULT_KV_LINK = KvLink(
     400.0,
     "one 400 Gb/s NDR InfiniBand NIC per GPU (NVIDIA ConnectX-7, as DGX/HGX H100 systems have)",
 )
+
+
+# The KV connector each pool's engines run: NIXL, the one vLLM ships for GPU-to-GPU transfer
+# and the llm-d router's routing sidecar expects. In vLLM 0.32 it is an alias of
+# NixlPullConnector: the decode engine reads the KV from the prefill engine.
+KV_CONNECTOR = "NixlConnector"
+# vLLM's kv_role per pool (vllm/config/kv_transfer.py); vLLM 0.32 warns that kv_both is
+# deprecated with NIXL and asks for a producer on prefill and a consumer on decode.
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def kv_transfer_config(role: str, connector: str = KV_CONNECTOR) -> str:
+    """`vllm serve --kv-transfer-config` for the `role` pool's engines, as compact JSON."""
+    if role not in KV_ROLES:
+        raise InvalidSpec(f"a disaggregated pool is `prefill` or `decode`, not {role!r}")
+    return json.dumps({"kv_connector": connector, "kv_role": KV_ROLES[role]}, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
