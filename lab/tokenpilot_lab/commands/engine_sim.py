@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import uuid
 from collections.abc import Sequence
 
 from tokenpilot.api.model_shape import model_preset
+from tokenpilot.core.disaggregation import KvLink
 from tokenpilot.core.roofline import step_work
 from tokenpilot_lab.engine_sim import options as sim_options
 from tokenpilot_lab.engine_sim import timing
+from tokenpilot_lab.engine_sim.handoff import SIDE_CHANNEL_HOST, SIDE_CHANNEL_PORT, Handoff
 from tokenpilot_lab.engine_sim.server import EngineSimServer, ServedModel, serve
 
 log = logging.getLogger("tokenpilot.engine_sim")
@@ -57,6 +61,18 @@ def run(args: argparse.Namespace) -> int:
         if opts.mfu_metrics
         else None
     )
+    handoff = (
+        None
+        if opts.kv_role is None
+        else Handoff(
+            kv_role=opts.kv_role,
+            engine_id=f"engine-sim-{uuid.uuid4()}",
+            shape=model_preset(opts.model_shape),
+            link=KvLink(opts.kv_link_gbps, "--kv-link-gbps"),
+            host=os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", SIDE_CHANNEL_HOST),
+            port=int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", SIDE_CHANNEL_PORT)),
+        )
+    )
     server = EngineSimServer(
         config,
         timer,
@@ -65,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         rates_in_engine_time=opts.rates_in_engine_time,
         histogram_buckets=opts.histogram_buckets,
         work=work,
+        handoff=handoff,
     )
     server.metrics.set_cache_config(
         {

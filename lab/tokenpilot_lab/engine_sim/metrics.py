@@ -97,6 +97,8 @@ class EngineMetrics:
         )
         self.prefix_cache_queries = counter("vllm:prefix_cache_queries")
         self.prefix_cache_hits = counter("vllm:prefix_cache_hits")
+        self.external_queries = counter("vllm:external_prefix_cache_queries")
+        self.external_hits = counter("vllm:external_prefix_cache_hits")
         self.generation_tokens = counter(vm.GENERATION_TOKENS)
         self.iteration_tokens = histogram(vm.ITERATION_TOKENS_TOTAL)
         self.flops = counter("vllm:estimated_flops_per_gpu")
@@ -180,6 +182,12 @@ class EngineMetrics:
             self.itl.observe(gap)
         for ttft in ttft_s:
             self.ttft.observe(ttft)
+
+    def observe_handed_over(self, num_prompt_tokens: int, num_handed_over: int) -> None:
+        """A prompt whose KV came from a prefill engine, counted as vLLM counts a KV
+        connector's: looked up there in tokens, and found."""
+        self.external_queries.inc(num_prompt_tokens)
+        self.external_hits.inc(num_handed_over)
 
     def observe_finished(self, stats: RequestStats, max_tokens: int) -> None:
         self.success.get(stats.finish_reason, self.success["stop"]).inc()

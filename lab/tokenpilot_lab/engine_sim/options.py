@@ -1,6 +1,10 @@
 """The flags `tokenpilot engine-sim` accepts: those of `vllm serve` a renderer emits, plus the
 simulator's own (`--gpu` or `--gpu-profile`, `--model-shape`, `--time-scale`,
-`--rates-in-engine-time`, `--num-kv-blocks`).
+`--rates-in-engine-time`, `--num-kv-blocks`, `--kv-link-gbps`).
+
+`--kv-transfer-config` gives the engine a role in disaggregated serving, as vLLM's does: its
+`kv_role` makes it a prefill engine (`kv_producer`), a decode engine (`kv_consumer`) or either
+(`kv_both`); the connector named is not modelled (engine_sim.handoff).
 
 vLLM spells flags with dashes or underscores and takes `--flag value` or `--flag=value`; so do
 we. A flag vLLM has but the simulator does not model is accepted and ignored; a flag nobody
@@ -16,8 +20,10 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenpilot.core import vllm_metrics as vm
+from tokenpilot.core.disaggregation import DEFAULT_KV_LINK
 from tokenpilot_lab.sim import EngineLimits
 
 DEFAULT_MODEL = "engine-sim"
@@ -83,6 +89,10 @@ class EngineSimOptions:
     # --custom-histogram-buckets, parsed; --enable-mfu-metrics.
     histogram_buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
     mfu_metrics: bool = False
+    # --kv-transfer-config's kv_role (None: not disaggregated) and the link a decode engine
+    # pulls the KV over, Gb/s.
+    kv_role: str | None = None
+    kv_link_gbps: float = DEFAULT_KV_LINK.gbps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -141,6 +151,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="count the estimated FLOPs and bytes of every step (as vLLM's)",
     )
+    parser.add_argument(
+        "--kv-transfer-config",
+        default=None,
+        help='JSON, as vLLM\'s: {"kv_connector": ..., "kv_role": "kv_producer"|"kv_consumer"|'
+        '"kv_both"}: a prefill engine, a decode engine, or either',
+    )
+    parser.add_argument(
+        "--kv-link-gbps",
+        type=float,
+        default=DEFAULT_KV_LINK.gbps,
+        help="the network a decode engine pulls a prompt's KV over, Gb/s one way (default "
+        f"{DEFAULT_KV_LINK.gbps:g})",
+    )
     for flag in _IGNORED_WITH_VALUE:
         parser.add_argument(flag, dest=_ignored_dest(flag), help=argparse.SUPPRESS)
     for flag in _IGNORED_SWITCHES:
@@ -182,6 +205,15 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         raise OptionsError("give --gpu or --gpu-profile, not both")
     if not args.time_scale > 0:
         raise OptionsError(f"--time-scale must be positive, got {args.time_scale}")
+    kv_role = kv_role_of(args.kv_transfer_config)
+    if kv_role in ("kv_consumer", "kv_both") and args.enable_prefix_caching:
+        raise OptionsError(
+            f"--kv-transfer-config with kv_role {kv_role}: the engine simulator takes a "
+            "prompt's KV handed over only without its own prefix cache; add "
+            "--no-enable-prefix-caching"
+        )
+    if not (args.kv_link_gbps > 0 and math.isfinite(args.kv_link_gbps)):
+        raise OptionsError(f"--kv-link-gbps must be a positive number, got {args.kv_link_gbps}")
     return EngineSimOptions(
         model=model,
         served_model_names=served,
@@ -206,7 +238,33 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
         ignored=tuple(unknown),
         histogram_buckets=histogram_buckets(args.custom_histogram_buckets),
         mfu_metrics=args.enable_mfu_metrics,
+        kv_role=kv_role,
+        kv_link_gbps=args.kv_link_gbps,
     )
+
+
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+
+
+def kv_role_of(text: str | None) -> str | None:
+    """`--kv-transfer-config`'s kv_role (None without the flag); OptionsError naming the fix."""
+    if text is None:
+        return None
+    try:
+        config: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise OptionsError(f"--kv-transfer-config is not JSON ({error})") from None
+    if not isinstance(config, dict) or not config.get("kv_connector"):
+        raise OptionsError(
+            "--kv-transfer-config needs an object with kv_connector and kv_role, e.g. "
+            '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
+        )
+    role = config.get("kv_role")
+    if role not in KV_ROLES:
+        raise OptionsError(
+            f"--kv-transfer-config kv_role must be one of {', '.join(KV_ROLES)}, got {role!r}"
+        )
+    return str(role)
 
 
 def histogram_buckets(text: str | None) -> dict[str, tuple[float, ...]]:

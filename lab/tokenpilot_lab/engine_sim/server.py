@@ -5,7 +5,9 @@ GET /v1/models, /health, /metrics, /version. Errors have vLLM's shape,
 `{"error": {"message", "type", "param", "code"}}`, with its status codes: 400 for a request
 the model cannot take (prompt over max_model_len, negative max_tokens, malformed body) and
 404 for a model name this server does not serve. A client that goes away mid-request has
-its sequence aborted, which frees its KV blocks.
+its sequence aborted, which frees its KV blocks. With a `Handoff` the engine takes its part in
+disaggregated serving (engine_sim.handoff): `kv_transfer_params` in a request, and the
+routing sidecar's `x-prefiller-host-port` header.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ from aiohttp import web
 
 from tokenpilot.core.roofline import StepWork
 from tokenpilot_lab.engine_sim.driver import EngineDriver, RequestStream, ScaledClock
+from tokenpilot_lab.engine_sim.handoff import (
+    PREFILLER_HEADER,
+    Handoff,
+    HandoffError,
+    prefill_remotely,
+    wanted,
+)
 from tokenpilot_lab.engine_sim.metrics import EngineMetrics
 from tokenpilot_lab.sim import Engine, EngineConfig, InvalidRequest, SimRequest, StepTimer
 from tokenpilot_lab.sim.prefix import token_block_hashes
@@ -31,6 +40,8 @@ from tokenpilot_lab.sim.tokens import chat_token_ids, text_token_ids, token_text
 
 log = logging.getLogger("tokenpilot.engine_sim")
 
+# How long the routing sidecar's prefill request may take.
+_HANDOFF_TIMEOUT_S = 300.0
 # OpenAI's (and vLLM's) default max_tokens for the legacy completions API.
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 _VERSION = "0.0.0+tokenpilot-engine-sim"
@@ -74,6 +85,8 @@ class _Parsed:
     stream: bool
     include_usage: bool
     model: str
+    # What a prefill engine answers a remote decode with (engine_sim.handoff).
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class EngineSimServer:
@@ -89,8 +102,10 @@ class EngineSimServer:
         rates_in_engine_time: bool = False,
         histogram_buckets: Mapping[str, Sequence[float]] | None = None,
         work: StepWork | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self.served = served
+        self.handoff = handoff
         self.metrics = EngineMetrics(
             served.names[0],
             config.max_model_len,
@@ -158,6 +173,7 @@ class EngineSimServer:
         try:
             body = await _json_body(request)
             parsed = self._parse(body, chat)
+            produce, handed = await self._handoff(request, body, parsed)
             request_id = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):08x}"
             config = self.driver.engine.config
             sim_request = SimRequest(
@@ -171,8 +187,17 @@ class EngineSimServer:
                     else ()
                 ),
                 hash_block_tokens=config.block_size,
+                num_handed_over_tokens=handed,
             )
             stream = self.driver.submit(sim_request, parsed.max_tokens)
+            if handed:
+                self.metrics.observe_handed_over(parsed.num_prompt_tokens, handed)
+            if produce and self.handoff is not None:
+                parsed.kv_transfer_params = self.handoff.produced(
+                    request_id, parsed.num_prompt_tokens, config.block_size
+                )
+        except HandoffError as error:
+            return ApiError(error.status, str(error), "kv_transfer_params").response()
         except ApiError as error:
             return error.response()
         except InvalidRequest as error:
@@ -190,6 +215,50 @@ class EngineSimServer:
             # rather than finishing it for nobody.
             self.driver.abort(stream.request_id)
             raise
+
+    async def _handoff(
+        self, request: web.Request, body: Mapping[str, Any], parsed: _Parsed
+    ) -> tuple[bool, int]:
+        """This request's part in a hand-off: whether to answer with the KV's whereabouts (a
+        prefill), and how many prompt tokens' KV it pulled first (a decode)."""
+        prefiller = request.headers.get(PREFILLER_HEADER)
+        params = body.get("kv_transfer_params")
+        if prefiller and (self.handoff is None or not self.handoff.consumes()):
+            raise HandoffError(
+                400,
+                f"{PREFILLER_HEADER} names a prefill engine, but this engine takes no hand-off "
+                "(--kv-transfer-config kv_consumer)",
+            )
+        if prefiller:
+            params = await prefill_remotely(prefiller, request.path, body, _HANDOFF_TIMEOUT_S)
+        produce, consume = wanted(params)
+        if not (produce or consume):
+            return False, 0
+        if self.handoff is None:
+            raise HandoffError(
+                400,
+                "kv_transfer_params asks for a hand-off, but this engine has no "
+                "--kv-transfer-config",
+            )
+        if produce and not self.handoff.produces():
+            raise HandoffError(
+                400, f"do_remote_decode asks a prefill of a {self.handoff.kv_role} engine"
+            )
+        if produce and parsed.stream:
+            raise HandoffError(
+                400, "a prefill for a remote decode is answered whole: set stream false"
+            )
+        if consume and not self.handoff.consumes():
+            raise HandoffError(
+                400, f"do_remote_prefill asks a decode of a {self.handoff.kv_role} engine"
+            )
+        if not consume:
+            return True, 0
+        handed = parsed.num_prompt_tokens - 1
+        # The decode engine pulls the KV before it schedules the request.
+        clock = self.driver.clock
+        await asyncio.sleep(max(0.0, self.handoff.transfer_s(handed) / clock.time_scale))
+        return False, handed
 
     def _parse(self, body: Mapping[str, Any], chat: bool) -> _Parsed:
         model = body.get("model") or self.served.names[0]
@@ -287,6 +356,8 @@ class EngineSimServer:
                 ],
                 "usage": usage,
             }
+        if parsed.kv_transfer_params is not None:
+            body["kv_transfer_params"] = parsed.kv_transfer_params
         return web.json_response(body)
 
     async def _stream(
@@ -443,11 +514,12 @@ async def running(
     served: ServedModel,
     time_scale: float = 1.0,
     host: str = "127.0.0.1",
+    handoff: Handoff | None = None,
 ) -> AsyncIterator[tuple[EngineSimServer, str]]:
     """An engine-sim on a free loopback port for the duration of a block: (server, base URL).
 
     For tests and benchmarks that drive it over HTTP from the same process."""
-    server = EngineSimServer(config, timer, served, time_scale)
+    server = EngineSimServer(config, timer, served, time_scale, handoff=handoff)
     runner = await serve(server, host, 0)
     try:
         port = runner.addresses[0][1]
