@@ -1,8 +1,9 @@
 """Prefill and decode apart on real vLLM (CPU build, tiny model).
 
-- Each pool's engine arguments, the renderer's flags at the batching `plan_phases` gives that
-  pool plus its `--kv-transfer-config` (NIXL, the prefill pool producing the KV and the decode
-  pool consuming it), are accepted whole by vLLM's own serve parser.
+- Each pool's engine arguments, as the reconciler renders a disaggregated LLMService's two
+  Deployments (each pool's batching, tensor parallelism and `--kv-transfer-config`: NIXL, the
+  prefill pool producing the KV and the decode pool consuming it), are accepted whole by
+  vLLM's own serve parser.
 - NIXL itself cannot run on this build (its `nixl` package is a GPU-side transfer library that
   the CPU build does not ship), so the hand-off is shown with the KV connector the CPU build can
   run, vLLM's ExampleConnector, which writes each layer's KV to a shared directory: a request
@@ -22,10 +23,8 @@ import pytest
 from tokenpilot.adapters.metrics.parse import parse_metrics
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import LLMService
-from tokenpilot.core.batching import spec_decision
-from tokenpilot.core.disaggregation import PhaseWorkload, kv_transfer_config, plan_phases
-from tokenpilot.core.plan_inputs import plan_inputs
-from tokenpilot.core.render import RenderFacts, vllm_args
+from tokenpilot.core.render_plan import plan
+from tokenpilot.core.sku import GPU_PRODUCT_LABEL, NodeFacts
 from tokenpilot_lab.vllm_cli import check_command_lines
 from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
 
@@ -36,7 +35,8 @@ BLOCK_TOKENS = 128  # the CPU build's KV block: the connector moves whole blocks
 PROMPT_TOKENS = 365
 
 
-def _service() -> LLMService:
+def _split_service() -> LLMService:
+    """A disaggregated service: two-GPU H100 prefill replicas, L40S decode replicas."""
     return LLMService.model_validate(
         {
             "apiVersion": "serving.tokenpilot.dev/v1alpha1",
@@ -50,32 +50,39 @@ def _service() -> LLMService:
                 },
                 "engine": {"maxModelLen": 131072},
                 "slo": {"ttftP99": "2s", "itlP99": "50ms"},
+                "routing": {"inferencePool": {"endpointPicker": {"name": "epp", "port": 9002}}},
+                "disaggregation": {
+                    "prefill": {"sku": "H100-80GB", "tensorParallelSize": 2},
+                    "decode": {"sku": "L40S"},
+                    "routingSidecarImage": "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0",
+                },
             },
         }
     )
 
 
-def test_vllm_accepts_each_pools_engine_arguments() -> None:
-    service = _service()
-    h100, l40s = (load_builtin_catalog().get(g) for g in ("H100-80GB", "L40S"))
-    plan = plan_phases(
-        plan_inputs(service.spec, h100),
-        plan_inputs(service.spec, l40s),
-        PhaseWorkload(12_000, 48_000, 200),
+def test_vllm_accepts_each_pools_rendered_engine_arguments() -> None:
+    catalog = load_builtin_catalog()
+    planned = plan(
+        _split_service(),
+        nodes=(
+            NodeFacts("h100", {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}, 8),
+            NodeFacts("l40s", {GPU_PRODUCT_LABEL: "NVIDIA-L40S"}, 8),
+        ),
+        by_name=catalog.get,
+        by_product=catalog.by_product_label,
+        service_monitor_served=False,
     )
-    lines = []
-    for phase, gpu in ((plan.prefill, h100), (plan.decode, l40s)):
-        facts = RenderFacts(
-            sku_name=gpu.name,
-            gpu_product_labels=gpu.gpu_product_labels,
-            batching=spec_decision(phase.token_budget, phase.max_num_seqs),
-        )
-        lines.append(
-            [*vllm_args(service, facts), "--kv-transfer-config", kv_transfer_config(phase.role)]
-        )
+    lines = [
+        list(m["spec"]["template"]["spec"]["containers"][0]["args"])
+        for m in planned.manifests
+        if m["kind"] == "Deployment"
+    ]
+    assert len(lines) == 2 and all("--kv-transfer-config" in line for line in lines)
     # Known answers: a role vLLM does not have, and no role at all, are refused.
     bad_role = [*lines[0][:-1], '{"kv_connector":"NixlConnector","kv_role":"kv_sender"}']
     no_role = [*lines[0][:-1], '{"kv_connector":"NixlConnector"}']
+    assert lines[0][-2] == "--kv-transfer-config"
     verdicts = check_command_lines([*lines, bad_role, no_role])
     for verdict in verdicts[:2]:
         assert verdict.accepted, f"vLLM rejects {list(verdict.args)}: {verdict.error}"

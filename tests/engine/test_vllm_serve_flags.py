@@ -14,7 +14,7 @@ import pytest
 
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.batching import spec_decision
-from tokenpilot.core.render import EMITTED_VLLM_FLAGS, RenderFacts, vllm_args
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, PHASE_VLLM_FLAGS, RenderFacts, vllm_args
 from tokenpilot_lab.vllm_cli import (
     Verdict,
     check_command_lines,
@@ -75,7 +75,7 @@ def verdicts() -> dict[tuple[str, ...], Verdict]:
 
 
 def test_every_emitted_flag_is_a_real_vllm_serve_flag(live_flags: set[str]) -> None:
-    unknown = sorted(set(EMITTED_VLLM_FLAGS) - live_flags)
+    unknown = sorted({*EMITTED_VLLM_FLAGS, *PHASE_VLLM_FLAGS} - live_flags)
     assert not unknown, f"the renderer emits flags vLLM does not know: {unknown}"
 
 

@@ -54,7 +54,7 @@ async def pair() -> AsyncIterator[tuple[str, str]]:
     async with (
         running(config(True), PrefillPriced(), served, TIME_SCALE, handoff=role("kv_producer"))
         as (_, prefill_url),
-        running(config(False), PrefillPriced(), served, TIME_SCALE, handoff=role("kv_consumer"))
+        running(config(True), PrefillPriced(), served, TIME_SCALE, handoff=role("kv_consumer"))
         as (_, decode_url),
     ):  # fmt: skip
         yield prefill_url, decode_url
@@ -144,7 +144,6 @@ def test_the_transfer_is_priced_at_the_links_line_rate() -> None:
         ("not json", False, "is not JSON"),
         ('{"kv_role":"kv_producer"}', False, "needs an object with kv_connector"),
         ('{"kv_connector":"NixlConnector","kv_role":"kv_sender"}', False, "kv_role must be"),
-        ('{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}', True, "--no-enable-prefix"),
     ],
 )
 def test_a_kv_transfer_config_it_cannot_run_is_refused_naming_the_fix(

@@ -11,7 +11,6 @@ from _llms import by_name, service
 from _steps import LinearStep
 
 from tokenpilot.core.disaggregation import DEFAULT_KV_LINK
-from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.fleet import Balancer, FleetConfig
@@ -105,13 +104,6 @@ def test_a_hand_off_with_no_decode_replica_ready_waits_for_one() -> None:
     cold_s = FleetConfig().cold_start_s
     assert result.num_unserved == 0
     assert all(t >= 5.0 + cold_s - 2.0 for t in result.ttft_s)
-
-
-def test_a_decode_pool_with_prefix_caching_is_refused() -> None:
-    prefill, _ = pools()
-    cached = FleetPool("H100-80GB", "decode", PREFILL, TIMER, 1.0, initial_replicas=1)
-    with pytest.raises(InvalidSpec, match="without prefix caching"):
-        run(Trace("none", (), 1.0), Fixed((1, 1)), prefill, cached)
 
 
 # ----- the operator on both pools ----------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenpilot.core.render import EMITTED_VLLM_FLAGS
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, PHASE_VLLM_FLAGS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDED = sorted(FIXTURES.glob("vllm-serve-flags-*.txt"))
@@ -20,7 +20,7 @@ def test_emitted_flags_exist_in_vllm(recorded: Path) -> None:
         for line in recorded.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    missing = sorted(set(EMITTED_VLLM_FLAGS) - accepted)
+    missing = sorted({*EMITTED_VLLM_FLAGS, *PHASE_VLLM_FLAGS} - accepted)
     assert not missing, f"not accepted by vllm serve ({recorded.name}): {missing}"
 
 

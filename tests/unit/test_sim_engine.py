@@ -306,6 +306,15 @@ def test_a_hand_off_of_the_whole_prompt_or_more_is_refused(handed_over: int) -> 
         SimRequest("a", 100, 1, num_handed_over_tokens=handed_over)
 
 
-def test_a_hand_off_to_an_engine_with_prefix_caching_is_refused() -> None:
-    with pytest.raises(InvalidRequest, match="without prefix caching"):
-        engine().submit(SimRequest("a", 100, 1, num_handed_over_tokens=99), now_s=0.0)
+def test_a_hand_off_is_not_looked_up_in_the_prefix_cache() -> None:
+    # With prefix caching on, a handed-over prompt still computes one token, and one with
+    # prefix hashes is refused: its KV came from elsewhere.
+    eng = engine()
+    eng.submit(SimRequest("a", 100, 2, num_handed_over_tokens=99), now_s=0.0)
+    eng.drain()
+    assert eng.step_log.num_prefill_tokens[0] == 1
+    assert eng.num_prefix_cache_queries_total == 0
+    with pytest.raises(InvalidRequest, match="not looked up in the prefix cache"):
+        engine().submit(
+            SimRequest("b", 32, 1, block_hashes=(1, 2), num_handed_over_tokens=31), now_s=0.0
+        )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpilot.core.render import EMITTED_VLLM_FLAGS
+from tokenpilot.core.render import EMITTED_VLLM_FLAGS, PHASE_VLLM_FLAGS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -18,5 +18,5 @@ def test_emitted_flags_are_real_vllm_serve_flags_in_every_committed_version() ->
     assert fixtures, f"no vllm-serve-flags-<version>.txt in {FIXTURES}"
     for fixture in fixtures:
         known = {line for line in fixture.read_text().splitlines() if line.startswith("-")}
-        unknown = sorted(set(EMITTED_VLLM_FLAGS) - known)
+        unknown = sorted({*EMITTED_VLLM_FLAGS, *PHASE_VLLM_FLAGS} - known)
         assert not unknown, f"not flags of {fixture.name}: {unknown}"

@@ -206,12 +206,6 @@ def from_namespace(args: argparse.Namespace, unknown: Sequence[str]) -> EngineSi
     if not args.time_scale > 0:
         raise OptionsError(f"--time-scale must be positive, got {args.time_scale}")
     kv_role = kv_role_of(args.kv_transfer_config)
-    if kv_role in ("kv_consumer", "kv_both") and args.enable_prefix_caching:
-        raise OptionsError(
-            f"--kv-transfer-config with kv_role {kv_role}: the engine simulator takes a "
-            "prompt's KV handed over only without its own prefix cache; add "
-            "--no-enable-prefix-caching"
-        )
     if not (args.kv_link_gbps > 0 and math.isfinite(args.kv_link_gbps)):
         raise OptionsError(f"--kv-link-gbps must be a positive number, got {args.kv_link_gbps}")
     return EngineSimOptions(

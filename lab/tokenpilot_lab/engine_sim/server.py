@@ -180,10 +180,11 @@ class EngineSimServer:
                 request_id,
                 parsed.num_prompt_tokens,
                 parsed.max_tokens,
-                # What the prefix cache sees: the prompt's full blocks, hashed as vLLM does.
+                # What the prefix cache sees: the prompt's full blocks, hashed as vLLM does (a
+                # prompt whose KV was handed over is not looked up).
                 block_hashes=(
                     token_block_hashes(parsed.prompt_token_ids, config.block_size)
-                    if config.enable_prefix_caching
+                    if config.enable_prefix_caching and not handed
                     else ()
                 ),
                 hash_block_tokens=config.block_size,

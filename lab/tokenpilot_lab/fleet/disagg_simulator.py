@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
-from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.pool_simulator import FleetPool, PooledFleetSimulation, PooledResult
 from tokenpilot_lab.fleet.pool_view import PoolsPolicy
@@ -53,11 +52,6 @@ class DisaggregatedFleetSimulation(PooledFleetSimulation):
         decode: FleetPool,
         transfer_s: Callable[[int], float],
     ) -> None:
-        if decode.engine.enable_prefix_caching:
-            raise InvalidSpec(
-                "the decode pool's engines receive their prompts' KV: configure them without "
-                "prefix caching"
-            )
         super().__init__(trace, policy, config, (prefill, decode))
         self._transfer_s = transfer_s
         # Hand-offs in flight: (the time each lands, the request).

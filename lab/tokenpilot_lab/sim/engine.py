@@ -92,10 +92,10 @@ class Engine:
                 f"{request.hash_block_tokens} tokens each, not a multiple of the KV block "
                 f"size ({self.config.block_size}); hash the prompt in whole blocks"
             )
-        if request.num_handed_over_tokens and self.config.enable_prefix_caching:
+        if request.num_handed_over_tokens and request.block_hashes:
             raise InvalidRequest(
-                f"request {request.request_id}: a hand-off's KV needs an engine without "
-                "prefix caching here (enable_prefix_caching False)"
+                f"request {request.request_id}: a hand-off's prompt is not looked up in the "
+                "prefix cache; give it no block hashes"
             )
         if self.idle:
             self._clock_s = max(self._clock_s, now_s)

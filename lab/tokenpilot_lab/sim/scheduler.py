@@ -9,8 +9,8 @@ The algorithm, as in vLLM V1:
 2. Only if nothing was preempted, walk the waiting queue in arrival order while budget and
    `max_num_seqs` allow. With prefix caching a sequence first takes the longest cached prefix
    of its prompt (never its last token): those tokens count as computed and cost nothing.
-   Without it, a prompt whose KV was handed over by a prefill engine (disaggregated serving)
-   counts those tokens as computed likewise, until a preemption frees them.
+   A prompt whose KV was handed over by a prefill engine (disaggregated serving) is not looked
+   up: those tokens count as computed likewise, until a preemption frees them.
    It then takes the rest of its prompt, or with chunked prefill the part that fits the
    budget. Without chunked prefill a prompt larger than the budget left waits, and so does
    everyone behind it (FCFS). A sequence whose blocks do not fit also waits.
@@ -81,22 +81,22 @@ def schedule(
             seq = waiting[0]
             if seq.arrival_s > start_s:
                 break
-            # A waiting sequence has nothing computed (new, or preempted and recomputing).
-            if caching:
+            # A waiting sequence has nothing computed (new, or preempted and recomputing). KV
+            # handed over by a prefill engine counts as computed until a preemption frees it;
+            # such a prompt is not looked up in the prefix cache.
+            handed = seq.num_handed_over_tokens if seq.num_preemptions == 0 else 0
+            looked_up = caching and not handed
+            if looked_up:
                 units, num_cached_blocks = pool.find_cached(seq)
                 num_cached = num_cached_blocks * pool.block_size
-            elif seq.num_preemptions == 0:
-                # KV handed over by a prefill engine counts as computed until a preemption
-                # frees it.
-                num_cached = seq.num_handed_over_tokens
             else:
-                num_cached = 0
+                num_cached = handed
             num_new = seq.num_tokens - num_cached
             if num_new > budget:
                 if not chunked:
                     break
                 num_new = budget
-            if caching:
+            if looked_up:
                 if not pool.allocate_with_prefix(seq, units, num_cached_blocks, num_new):
                     break
                 seq.num_computed_tokens = num_cached

@@ -483,6 +483,67 @@ class AcceleratorSpec(ApiModel):
         return self
 
 
+# --- spec.disaggregation ----------------------------------------------------------------------
+
+PHASE_NOT_AUTO = CelRule(
+    "self.sku.lowerAscii() != 'auto'",
+    "a prefill or decode pool names its SKU (e.g. H100-80GB); `auto` is for "
+    "spec.accelerator.sku alone",
+    ".sku",
+)
+
+
+class PhasePool(ApiModel):
+    """The prefill or the decode pool of a disaggregated service: its own Deployment."""
+
+    sku: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9._]*$",
+        description="A GPU SKU name known to the profile catalog (e.g. H100-80GB, L40S); "
+        "not `auto`.",
+    )
+    tensor_parallel_size: int | None = Field(
+        None,
+        ge=1,
+        le=8,
+        description="GPUs per engine of this pool; defaults to engine.tensorParallelSize. "
+        "The prefill pool's lever for long prompts (docs/disaggregation.md).",
+    )
+    replicas: int = Field(1, ge=0, le=1000, description="Engine replicas of this pool.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels this pool's pods must match."
+    )
+
+    model_config = ConfigDict(json_schema_extra=_cel(PHASE_NOT_AUTO))
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        if self.sku.lower() == AUTO:
+            raise ValueError(PHASE_NOT_AUTO.message)
+        return self
+
+
+class DisaggregationSpec(ApiModel):
+    """Prefill and decode apart: a pool whose engines compute each prompt's KV and first token,
+    and a pool whose engines pull that KV over NIXL and decode (docs/disaggregation.md)."""
+
+    prefill: PhasePool = Field(description="The pool that prefills.")
+    decode: PhasePool = Field(description="The pool that decodes.")
+    routing_sidecar_image: str = Field(
+        min_length=1,
+        description="The llm-d routing sidecar's image from your llm-d install; it runs beside "
+        "each decode engine and takes the prefill step the endpoint picker chose.",
+    )
+    kv_link_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=100000,
+        description="The network between a prefill and a decode pod, Gb/s one way, that the "
+        "KV transfer is priced at; defaults to 400 (one NDR InfiniBand NIC per GPU).",
+    )
+
+
 # --- spec.batching ----------------------------------------------------------------------------
 
 
@@ -693,6 +754,25 @@ class AutoscalingSpec(ApiModel):
 # --- spec -------------------------------------------------------------------------------------
 
 
+SPLIT_NEEDS_PICKER = CelRule(
+    "!has(self.disaggregation) || has(self.routing.inferencePool)",
+    "spec.disaggregation needs spec.routing.inferencePool: each request's prefill and decode "
+    "pods are chosen by an endpoint picker (the llm-d router's); name it there",
+    ".disaggregation",
+)
+SPLIT_NOT_POOLS = CelRule(
+    "!has(self.disaggregation) || !has(self.accelerator.pools) || "
+    "size(self.accelerator.pools) == 0",
+    "spec.disaggregation and spec.accelerator.pools do not go together: name each phase's SKU "
+    "under spec.disaggregation",
+    ".disaggregation",
+)
+SPLIT_NOT_AUTOSCALED = CelRule(
+    "!has(self.disaggregation) || !self.autoscaling.enabled",
+    "a disaggregated service is not autoscaled yet: set spec.autoscaling.enabled false, and "
+    "each pool's replicas under spec.disaggregation",
+    ".autoscaling.enabled",
+)
 GPUS_COVER_TP = CelRule(
     "!has(self.accelerator.gpusPerReplica) || "
     "self.accelerator.gpusPerReplica >= self.engine.tensorParallelSize",
@@ -738,12 +818,24 @@ class LLMServiceSpec(ApiModel):
         default_factory=RoutingSpec,
         description="How requests reach the engines besides the Service (docs/heterogeneous.md).",
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        None,
+        description="Prefill and decode on separate pools, each tuned for its own SLO; off "
+        "(one pool does both) when left out. Needs routing.inferencePool.",
+    )
     replicas: int = Field(
         1, ge=0, le=1000, description="Engine replicas; written by the autoscaler when enabled."
     )
 
     model_config = ConfigDict(
-        json_schema_extra=_cel(GPUS_COVER_TP, POOL_GPUS_COVER_TP, WHOLE_PROMPT_PER_STEP)
+        json_schema_extra=_cel(
+            GPUS_COVER_TP,
+            POOL_GPUS_COVER_TP,
+            WHOLE_PROMPT_PER_STEP,
+            SPLIT_NEEDS_PICKER,
+            SPLIT_NOT_POOLS,
+            SPLIT_NOT_AUTOSCALED,
+        )
     )
 
     @model_validator(mode="after")
@@ -763,6 +855,13 @@ class LLMServiceSpec(ApiModel):
             and budget < self.engine.max_model_len
         ):
             raise ValueError(WHOLE_PROMPT_PER_STEP.message)
+        if self.disaggregation is not None:
+            if self.routing.inference_pool is None:
+                raise ValueError(SPLIT_NEEDS_PICKER.message)
+            if self.accelerator.pools:
+                raise ValueError(SPLIT_NOT_POOLS.message)
+            if self.autoscaling.enabled:
+                raise ValueError(SPLIT_NOT_AUTOSCALED.message)
         return self
 
     @property
@@ -821,6 +920,7 @@ class BoundKind(StrEnum):
     max_num_seqs = "MaxNumSeqs"  # lower: every running sequence needs a token per step
     hidden_prefill = "HiddenPrefill"  # interactive: prefill still hides under the decode read
     midpoint = "Midpoint"  # balanced: halfway from the interactive pick to the upper bound
+    prefill_chunk = "PrefillChunk"  # a prefill pool: the smallest chunk near its best price
 
 
 class SeqsSource(StrEnum):
@@ -907,6 +1007,9 @@ class PoolStatus(ApiModel):
     """One GPU pool of the service as the reconciler last rendered and saw it."""
 
     sku: str = Field(description="The pool's GPU SKU.")
+    role: str | None = Field(
+        None, description="`prefill` or `decode` in a disaggregated service; else unset."
+    )
     deployment: str = Field(description="The pool's Deployment.")
     replicas: int = Field(description="Replicas the mix gives it.")
     ready_replicas: int = Field(0, description="Of them, Ready.")

@@ -29,6 +29,12 @@ SPEC_HASH_ANNOTATION = "serving.tokenpilot.dev/spec-hash"
 # On a pool's pods and in its Deployment's selector: which of the service's GPU pools it is.
 POOL_LABEL = "serving.tokenpilot.dev/pool"
 HTTP_PORT = 8000
+# A disaggregated service's pods (core.disaggregation_plan): the label the llm-d router's
+# endpoint picker tells prefill from decode pods by, the port a decode engine serves on behind
+# its routing sidecar (which takes HTTP_PORT), and NIXL's side channel (vLLM's default port).
+ROLE_LABEL = "llm-d.ai/role"
+BEHIND_SIDECAR_PORT = 8200
+NIXL_SIDE_CHANNEL_PORT = 5600
 # Outside /root: a non-root engine (POD_SECURITY) cannot traverse the image's /root (mode 700).
 CACHE_MOUNT = "/var/cache/tokenpilot"
 # Beyond the startup probe's window, what a rollout may spend on scheduling and on pulling a
@@ -69,6 +75,17 @@ _RESERVED_ENV = ("HF_HOME", "HF_TOKEN")
 
 
 @dataclass(frozen=True)
+class PhaseRender:
+    """What a disaggregated service's pool adds to its Deployment: its role, its engines'
+    tensor parallelism and KV-transfer config, and (decode) the routing sidecar's image."""
+
+    role: str
+    tensor_parallel_size: int
+    kv_transfer_config: str
+    sidecar_image: str | None = None
+
+
+@dataclass(frozen=True)
 class PoolRender:
     """One GPU pool's own Deployment: its name, its pool label, its replicas and placement."""
 
@@ -78,6 +95,7 @@ class PoolRender:
     replicas: int
     gpus_per_replica: int
     node_selector: Mapping[str, str]
+    phase: PhaseRender | None = None
 
 
 @dataclass(frozen=True)
@@ -195,11 +213,22 @@ def check_extra_args(extra_args: list[str]) -> None:
             )
 
 
+def _phase(facts: RenderFacts) -> PhaseRender | None:
+    return None if facts.pool is None else facts.pool.phase
+
+
 def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
-    """The `vllm serve` arguments, in a fixed order, then the user's extraArgs."""
+    """The `vllm serve` arguments, in a fixed order, then the user's extraArgs; a
+    disaggregated pool's engine also gets its tensor parallelism, its port behind the routing
+    sidecar and its `--kv-transfer-config`."""
     spec = service.spec
     check_extra_args(spec.engine.extra_args)
+    phase = _phase(facts)
+    if phase is not None:
+        _check_phase_extra_args(spec.engine.extra_args)
     model, _, _ = _model_arg(spec.model.source)
+    port = BEHIND_SIDECAR_PORT if phase is not None and phase.sidecar_image else HTTP_PORT
+    tp = spec.engine.tensor_parallel_size if phase is None else phase.tensor_parallel_size
     args = [
         model,
         "--served-model-name",
@@ -207,11 +236,11 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
         "--host",
         "0.0.0.0",
         "--port",
-        str(HTTP_PORT),
+        str(port),
         "--download-dir",
         CACHE_MOUNT,
         "--tensor-parallel-size",
-        str(spec.engine.tensor_parallel_size),
+        str(tp),
         "--gpu-memory-utilization",
         f"{spec.engine.gpu_memory_utilization:g}",
         "--max-num-batched-tokens",
@@ -233,7 +262,26 @@ def vllm_args(service: LLMService, facts: RenderFacts) -> list[str]:
             spec.engine.max_model_len, itl_p99_slo_s=slo.itl_p99_s, ttft_p99_slo_s=slo.ttft_p99_s
         )
         args += ["--custom-histogram-buckets", buckets_flag(buckets), "--enable-mfu-metrics"]
+    if phase is not None:
+        args += ["--kv-transfer-config", phase.kv_transfer_config]
     return args + list(spec.engine.extra_args)
+
+
+# Flags a disaggregated pool's engine gets from spec.disaggregation, beside EMITTED_VLLM_FLAGS:
+# an extraArg naming one is refused there (an aggregated service may still pass them, for a
+# KV offloading connector).
+PHASE_VLLM_FLAGS: dict[str, str] = {
+    "--kv-transfer-config": "spec.disaggregation (each pool's role)"
+}
+
+
+def _check_phase_extra_args(extra_args: list[str]) -> None:
+    for arg in extra_args:
+        if arg.startswith("-") and _flag_name(arg) in PHASE_VLLM_FLAGS:
+            raise InvalidSpec(
+                f"spec.engine.extraArgs sets {_flag_name(arg)}, which the operator sets for "
+                "each pool of spec.disaggregation; remove it from extraArgs"
+            )
 
 
 # Pod Security `restricted` (docs/reliability.md, "Least privilege"): vLLM needs no root, no
@@ -300,10 +348,10 @@ def _tolerations(service: LLMService) -> list[dict[str, Any]]:
     return out
 
 
-def _probes(facts: RenderFacts) -> dict[str, Any]:
+def _probes(facts: RenderFacts, port: str) -> dict[str, Any]:
     def http(period_s: int, failures: int) -> dict[str, Any]:
         return {
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": "/health", "port": port},
             "periodSeconds": period_s,
             "timeoutSeconds": 5,
             "failureThreshold": failures,
@@ -344,10 +392,42 @@ def spec_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _phase_env() -> list[dict[str, Any]]:
+    """NIXL's side channel: the pod's own address (a decode engine reaches the prefill
+    engine's there) and vLLM's default port."""
+    return [
+        {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        },
+        {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)},
+    ]
+
+
+def _routing_sidecar(image: str) -> dict[str, Any]:
+    """The llm-d routing sidecar in front of a decode engine, as a native sidecar: it takes the
+    service's port and hands the engine each request after the prefill step the endpoint picker
+    chose (x-prefiller-host-port); plain HTTP, as the engine serves."""
+    return {
+        "name": "routing-sidecar",
+        "image": image,
+        "restartPolicy": "Always",
+        "args": [
+            f"--port={HTTP_PORT}",
+            f"--vllm-port={BEHIND_SIDECAR_PORT}",
+            "--secure-proxy=false",
+        ],
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+
+
 def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]:
     spec = service.spec
+    phase = _phase(facts)
     _, model_volumes, model_mounts = _model_arg(spec.model.source)
-    shm_gib = 8 if spec.engine.tensor_parallel_size > 1 else 2
+    tp = spec.engine.tensor_parallel_size if phase is None else phase.tensor_parallel_size
+    shm_gib = 8 if tp > 1 else 2
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
         {"name": "model-cache", "emptyDir": {}},
@@ -358,12 +438,19 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         {"name": "model-cache", "mountPath": CACHE_MOUNT},
         *model_mounts,
     ]
+    behind_sidecar = phase is not None and phase.sidecar_image is not None
+    port_name, port = ("engine", BEHIND_SIDECAR_PORT) if behind_sidecar else ("http", HTTP_PORT)
+    ports: list[dict[str, Any]] = [{"name": port_name, "containerPort": port, "protocol": "TCP"}]
+    env = _env(service)
+    if phase is not None:
+        ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
+        env = [*env, *_phase_env()]
     container = {
         "name": "vllm",
         "image": spec.engine.image,
         "args": vllm_args(service, facts),
-        "env": _env(service),
-        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "env": env,
+        "ports": ports,
         "resources": _resources(service, facts),
         "volumeMounts": mounts,
         # Keep accepting while the pod's removal reaches Services, gateways and balancers:
@@ -373,7 +460,7 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         # termination message, which the status quotes (core/pod_health.py).
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": CONTAINER_SECURITY,
-        **_probes(facts),
+        **_probes(facts, port_name),
     }
     affinity = {
         "nodeAffinity": {
@@ -393,6 +480,11 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
         }
     }
     pod_spec: dict[str, Any] = {
+        **(
+            {"initContainers": [_routing_sidecar(phase.sidecar_image)]}
+            if phase is not None and phase.sidecar_image is not None
+            else {}
+        ),
         "containers": [container],
         "affinity": affinity,
         "tolerations": _tolerations(service),
@@ -406,6 +498,8 @@ def render_deployment(service: LLMService, facts: RenderFacts) -> dict[str, Any]
     if node_selector:
         pod_spec["nodeSelector"] = dict(sorted(node_selector.items()))
     pod_labels = labels(service) if pool is None else {**labels(service), POOL_LABEL: pool.label}
+    if phase is not None:
+        pod_labels[ROLE_LABEL] = phase.role
     template = {
         "metadata": {
             "labels": pod_labels,

@@ -22,6 +22,7 @@ from tokenpilot.api.workload import PlannedFor, TuningBasis
 from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.batching import BatchingDecision, spec_decision
+from tokenpilot.core.disaggregation_plan import plan_disaggregated
 from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs, with_workload
@@ -138,8 +139,21 @@ def plan(
 ) -> Plan:
     """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible. `now` (RFC 3339) lets a
     re-tune happen; without it the engines keep the budget they run. `pools_live`: what the
-    cluster shows of each pool (spec.accelerator.pools), by SKU."""
+    cluster shows of each pool (spec.accelerator.pools), by SKU. A disaggregated service's
+    two pools are planned by core.disaggregation_plan (no re-tune: each keeps its plan)."""
     spec = service.spec
+    if spec.disaggregation is not None:
+        tuning, phases = plan_disaggregated(
+            service, by_name=by_name, service_monitor_served=service_monitor_served
+        )
+        phase_facts = [p.facts for p in phases]
+        return Plan(
+            sku=None,
+            facts=phase_facts[0],
+            manifests=render(service, phase_facts[0], phase_facts) + routing_of(service),
+            tuning=tuning,
+            pools=tuple(phases),
+        )
     if spec.accelerator.pools:
         tuning, pools = plan_pools(
             service,

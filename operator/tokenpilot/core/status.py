@@ -248,7 +248,13 @@ def desired_status(
         conditions=conditions,
         tuning=published,
         pools=list(pools) or None,
-        pools_summary=summary([(p.sku, p.ready_replicas, p.replicas) for p in pools]) or None,
+        pools_summary=summary(
+            [
+                (p.sku if p.role is None else f"{p.role} {p.sku}", p.ready_replicas, p.replicas)
+                for p in pools
+            ]
+        )
+        or None,
     )
     return _reconciler_part(status)
 

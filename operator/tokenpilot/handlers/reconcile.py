@@ -127,10 +127,11 @@ class PoolsSeen:
 
 
 def _pools_seen(rt: Runtime, body: Mapping[str, Any]) -> PoolsSeen | None:
-    """The listing, for a service whose spec or status has pools (a single-SKU service
-    costs no listing)."""
+    """The listing, for a service whose spec or status has pools, or which is disaggregated
+    (a single-SKU service costs no listing)."""
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    if not (spec.get("accelerator") or {}).get("pools") and not status.get("pools"):
+    pooled = (spec.get("accelerator") or {}).get("pools") or spec.get("disaggregation")
+    if not pooled and not status.get("pools"):
         return None
     meta = body["metadata"]
     namespace, uid = str(meta["namespace"]), meta.get("uid")
@@ -343,7 +344,7 @@ def _prune(rt: Runtime, seen: PoolsSeen, rendered: set[str]) -> list[str]:
             continue
         with contextlib.suppress(NotFound):
             rt.client.request("DELETE", DEPLOYMENTS.path(live["metadata"]["namespace"], name))
-        gone.append(f"Deployment {name} (removed: no longer in spec.accelerator)")
+        gone.append(f"Deployment {name} (removed: no longer in the spec)")
     return gone
 
 

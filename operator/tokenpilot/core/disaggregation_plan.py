@@ -1,0 +1,204 @@
+"""Planning a service with spec.disaggregation: a prefill pool and a decode pool, each its own
+GPU, tensor parallelism, batching and Deployment.
+
+1. Each pool's plan inputs on its SKU's profile, at its tensor parallelism (the model must fit
+   it: Infeasible names the pool).
+2. The workload to plan for: the spec's hints (its P99 prompt, the mean a
+   `TAIL_PROMPT_FACTOR`-th of it), else the tuner's defaults (`PhaseWorkload.planned`).
+3. Each pool's batching from `core.disaggregation.plan_phases`: the prefill pool's chunk, the
+   decode pool at vLLM's floor; the integers a spec's batching sets win for both.
+4. What each pool's Deployment renders beside the aggregated one (core.render): its role label
+   (`llm-d.ai/role`, which the llm-d router's endpoint picker selects on), the engine's
+   `--kv-transfer-config` (NIXL, producing on prefill and consuming on decode), NIXL's side
+   channel, and on the decode pool the llm-d routing sidecar in front of the engine.
+Each pool runs the replicas the spec gives it: a disaggregated service is not autoscaled yet
+(the API refuses spec.autoscaling.enabled with it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tokenpilot.api.gpu_profile import GPUProfile
+from tokenpilot.api.llmservice import (
+    BatchingSource,
+    BoundKind,
+    GpuPool,
+    LLMService,
+    PhasePool,
+    PoolState,
+    PoolStatus,
+    SeqsSource,
+)
+from tokenpilot.api.workload import TuningBasis
+from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
+from tokenpilot.core.batching import BatchingDecision, Bound, spec_decision
+from tokenpilot.core.disaggregation import (
+    DEFAULT_KV_LINK,
+    KvLink,
+    PhaseWorkload,
+    kv_transfer_config,
+    plan_phases,
+)
+from tokenpilot.core.errors import Infeasible, UnknownGPU
+from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
+from tokenpilot.core.pool_plan import PoolPlan
+from tokenpilot.core.pools import PoolShare
+from tokenpilot.core.render import (
+    PhaseRender,
+    PoolRender,
+    RenderFacts,
+    model_load_budget_s,
+    pool_label_value,
+)
+from tokenpilot.core.retune import Tuning
+from tokenpilot.core.tuner import DEFAULT_OUTPUT_TOKENS
+
+ROLES = ("prefill", "decode")
+
+
+def phase_deployment_name(service: LLMService, role: str) -> str:
+    return f"{service.metadata.name}-{role}"
+
+
+def phase_inputs(
+    service: LLMService, role: str, pool: PhasePool, profile: GPUProfile
+) -> PlanInputs:
+    """The service's plan inputs on one phase's GPU and tensor parallelism; Infeasible names
+    the pool."""
+    engine = service.spec.engine
+    if pool.tensor_parallel_size is not None:
+        engine = engine.model_copy(update={"tensor_parallel_size": pool.tensor_parallel_size})
+    spec = service.spec.model_copy(update={"engine": engine})
+    try:
+        return plan_inputs(spec, profile)
+    except Infeasible as exc:
+        raise Infeasible(
+            f"disaggregation.{role} {pool.sku}: {exc}; choose a larger GPU or more "
+            "tensorParallelSize for it",
+            detail=exc.detail,
+        ) from None
+
+
+def hinted_workload(service: LLMService) -> tuple[PhaseWorkload, TuningBasis]:
+    """The mix to plan the pools for: the spec's P99 prompt hint, or the tuner's defaults."""
+    hint = service.spec.workload.prompt_tokens_p99
+    if hint is None:
+        return PhaseWorkload.planned(None), TuningBasis.defaults
+    mean = max(1.0, hint / TAIL_PROMPT_FACTOR)
+    return PhaseWorkload(mean, max(hint, math.ceil(mean)), float(DEFAULT_OUTPUT_TOKENS)), (
+        TuningBasis.hints
+    )
+
+
+def plan_disaggregated(
+    service: LLMService,
+    *,
+    by_name: Callable[[str], GPUProfile],
+    service_monitor_served: bool,
+) -> tuple[Tuning, list[PoolPlan]]:
+    """The prefill pool's tuning (what status.tuning shows) and both pools' plans, prefill
+    first. Raises UnknownGPU or Infeasible naming the pool."""
+    split = service.spec.disaggregation
+    assert split is not None
+    pools = (split.prefill, split.decode)
+    profiles = []
+    for role, pool in zip(ROLES, pools, strict=True):
+        try:
+            profiles.append(by_name(pool.sku))
+        except UnknownGPU as exc:
+            raise UnknownGPU(
+                f"disaggregation.{role} {pool.sku}: {exc}", how_to_add=exc.how_to_add
+            ) from None
+    inputs = [
+        phase_inputs(service, role, pool, profile)
+        for role, pool, profile in zip(ROLES, pools, profiles, strict=True)
+    ]
+    workload, basis = hinted_workload(service)
+    link = (
+        DEFAULT_KV_LINK
+        if split.kv_link_gbps is None
+        else KvLink(split.kv_link_gbps, "spec.disaggregation.kvLinkGbps")
+    )
+    phased = plan_phases(inputs[0], inputs[1], workload, link)
+    budget, seqs = service.spec.batching.max_num_batched_tokens, service.spec.batching.max_num_seqs
+    plans = []
+    for role, pool, profile, pool_in, phase in zip(
+        ROLES, pools, profiles, inputs, (phased.prefill, phased.decode), strict=True
+    ):
+        decision = (
+            spec_decision(budget, seqs)
+            if isinstance(budget, int) and isinstance(seqs, int)
+            else _decision(
+                role,
+                phase.token_budget,
+                phase.max_num_seqs,
+                phase.words,
+                profile.measured is not None,
+            )
+        )
+        gpus = pool_in.hints.tensor_parallel_size
+        deployment = phase_deployment_name(service, role)
+        facts = RenderFacts(
+            sku_name=profile.name,
+            gpu_product_labels=tuple(sorted(profile.gpu_product_labels)),
+            batching=decision,
+            service_monitor_served=service_monitor_served,
+            model_load_budget_s=model_load_budget_s(pool_in.shape.weight_bytes, gpus),
+            pool=PoolRender(
+                sku=pool.sku,
+                deployment=deployment,
+                label=f"{role}-{pool_label_value(pool.sku)}",
+                replicas=pool.replicas,
+                gpus_per_replica=gpus,
+                node_selector=dict(pool.node_selector),
+                phase=PhaseRender(
+                    role=role,
+                    tensor_parallel_size=gpus,
+                    kv_transfer_config=kv_transfer_config(role),
+                    sidecar_image=split.routing_sidecar_image if role == "decode" else None,
+                ),
+            ),
+        )
+        reason = phase.words if phased.problem is None else f"{phase.words}; {phased.problem}"
+        status = PoolStatus(
+            sku=pool.sku,
+            role=role,
+            deployment=deployment,
+            replicas=pool.replicas,
+            max_num_batched_tokens=decision.token_budget,
+            max_num_seqs=decision.max_num_seqs,
+            state=PoolState.Serving if pool.replicas else PoolState.Idle,
+            reason=reason,
+        )
+        plans.append(
+            PoolPlan(
+                GpuPool(
+                    sku=pool.sku, min_replicas=pool.replicas, max_replicas=max(1, pool.replicas)
+                ),
+                facts,
+                PoolShare(pool.sku, pool.replicas, "spec.disaggregation"),
+                status,
+            )
+        )
+    return Tuning(plans[0].facts.batching, basis, None), plans
+
+
+def _decision(
+    role: str, token_budget: int, max_num_seqs: int, words: str, measured: bool
+) -> BatchingDecision:
+    """A phase's batching as the reconciler records it: the planned integers, what set them
+    (the prefill chunk, or vLLM's floor of max_num_seqs for the decodes alone), and why."""
+    return BatchingDecision(
+        token_budget=token_budget,
+        max_num_seqs=max_num_seqs,
+        source=BatchingSource.measured_profile if measured else BatchingSource.datasheet_profile,
+        set_by=Bound(
+            BoundKind.prefill_chunk if role == "prefill" else BoundKind.max_num_seqs,
+            token_budget,
+            words,
+        ),
+        max_num_seqs_source=SeqsSource.vllm_default,
+        max_num_seqs_words=f"vLLM's default for the GPU ({max_num_seqs})",
+    )
