@@ -1,6 +1,7 @@
-"""engine-sim in disaggregated serving: a prefill engine and a decode engine on loopback, the
-decode engine doing the routing sidecar's part when a request names a prefill engine in
-`x-prefiller-host-port`, as the llm-d router's endpoint picker does."""
+"""engine-sim in disaggregated serving: a prefill engine and a decode engine on loopback, and in
+front of the decode engine the routing sidecar's stand-in (tokenpilot_lab.routing_sidecar),
+which takes a request naming a prefill engine in `x-prefiller-host-port` (as the llm-d
+router's endpoint picker names it) through the hand-off."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokenpilot.api.model_shape import model_preset
@@ -17,6 +19,7 @@ from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.engine_sim import options
 from tokenpilot_lab.engine_sim.handoff import PREFILLER_HEADER, Handoff
 from tokenpilot_lab.engine_sim.server import ServedModel, running
+from tokenpilot_lab.routing_sidecar import RoutingSidecar, parse
 from tokenpilot_lab.sim import EngineConfig
 
 MODEL = "sim-model"
@@ -41,6 +44,7 @@ class PrefillPriced:
 
 @pytest.fixture
 async def pair() -> AsyncIterator[tuple[str, str]]:
+    """(the prefill engine's URL, the decode pod's URL: its routing sidecar's)."""
     served = ServedModel((MODEL,), MODEL, MAX_MODEL_LEN)
 
     def config(caching: bool) -> EngineConfig:
@@ -55,9 +59,16 @@ async def pair() -> AsyncIterator[tuple[str, str]]:
         running(config(True), PrefillPriced(), served, TIME_SCALE, handoff=role("kv_producer"))
         as (_, prefill_url),
         running(config(True), PrefillPriced(), served, TIME_SCALE, handoff=role("kv_consumer"))
-        as (_, decode_url),
+        as (_, engine_url),
     ):  # fmt: skip
-        yield prefill_url, decode_url
+        runner = web.AppRunner(RoutingSidecar(engine_url).app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            yield prefill_url, f"http://127.0.0.1:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()
 
 
 async def counter(client: httpx.AsyncClient, url: str, name: str) -> float:
@@ -118,7 +129,6 @@ async def test_a_prefill_answers_where_to_pull_the_kv_from(pair: tuple[str, str]
     [
         ("decode", {"kv_transfer_params": {"do_remote_decode": True}}, {}, "kv_consumer engine"),
         ("prefill", {"kv_transfer_params": {"do_remote_prefill": True}}, {}, "kv_producer engine"),
-        ("prefill", {}, {PREFILLER_HEADER: "127.0.0.1:1"}, "takes no hand-off"),
         ("decode", {}, {PREFILLER_HEADER: "127.0.0.1:1"}, "did not answer"),
     ],
 )
@@ -153,3 +163,11 @@ def test_a_kv_transfer_config_it_cannot_run_is_refused_naming_the_fix(
     argv += [] if caching else ["--no-enable-prefix-caching"]
     with pytest.raises(options.OptionsError, match=message.replace("-", r"\-")):
         options.parse(argv)
+
+
+def test_the_stand_in_serves_plain_http_only_as_told() -> None:
+    args = parse(["--port=8000", "--vllm-port=8200", "--secure-proxy=false", "--host", "10.0.0.7"])
+    assert (args.port, args.vllm_port, args.host) == (8000, 8200, "10.0.0.7")
+    assert parse(["--model-server-port", "8300", "--secure-proxy=false"]).vllm_port == 8300
+    with pytest.raises(SystemExit):
+        parse(["--port=8000"])  # --secure-proxy defaults to true, as the real sidecar's does

@@ -11,9 +11,8 @@ router's routing sidecar show it on the wire.
   request with its prompt computed but for the last token, which it computes for the logits.
   Its TTFT histogram counts from the end of the transfer; the tokens it received are counted as
   vLLM counts a connector's: external prefix-cache queries and hits.
-- A decode engine asked with the header `x-prefiller-host-port` first does the routing
-  sidecar's part: it asks that prefill engine for one token with `do_remote_decode` and goes on
-  with the `kv_transfer_params` it answers.
+`prefill_remotely` is the routing sidecar's first half (tokenpilot_lab.routing_sidecar): it
+asks the prefill engine the endpoint picker chose for one token with `do_remote_decode`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ GET /v1/models, /health, /metrics, /version. Errors have vLLM's shape,
 the model cannot take (prompt over max_model_len, negative max_tokens, malformed body) and
 404 for a model name this server does not serve. A client that goes away mid-request has
 its sequence aborted, which frees its KV blocks. With a `Handoff` the engine takes its part in
-disaggregated serving (engine_sim.handoff): `kv_transfer_params` in a request, and the
-routing sidecar's `x-prefiller-host-port` header.
+disaggregated serving (engine_sim.handoff): `kv_transfer_params` in a request.
 """
 
 from __future__ import annotations
@@ -26,13 +25,7 @@ from aiohttp import web
 
 from tokenpilot.core.roofline import StepWork
 from tokenpilot_lab.engine_sim.driver import EngineDriver, RequestStream, ScaledClock
-from tokenpilot_lab.engine_sim.handoff import (
-    PREFILLER_HEADER,
-    Handoff,
-    HandoffError,
-    prefill_remotely,
-    wanted,
-)
+from tokenpilot_lab.engine_sim.handoff import Handoff, HandoffError, wanted
 from tokenpilot_lab.engine_sim.metrics import EngineMetrics
 from tokenpilot_lab.sim import Engine, EngineConfig, InvalidRequest, SimRequest, StepTimer
 from tokenpilot_lab.sim.prefix import token_block_hashes
@@ -40,8 +33,6 @@ from tokenpilot_lab.sim.tokens import chat_token_ids, text_token_ids, token_text
 
 log = logging.getLogger("tokenpilot.engine_sim")
 
-# How long the routing sidecar's prefill request may take.
-_HANDOFF_TIMEOUT_S = 300.0
 # OpenAI's (and vLLM's) default max_tokens for the legacy completions API.
 _COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 _VERSION = "0.0.0+tokenpilot-engine-sim"
@@ -173,7 +164,7 @@ class EngineSimServer:
         try:
             body = await _json_body(request)
             parsed = self._parse(body, chat)
-            produce, handed = await self._handoff(request, body, parsed)
+            produce, handed = await self._handoff(body, parsed)
             request_id = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):08x}"
             config = self.driver.engine.config
             sim_request = SimRequest(
@@ -217,21 +208,10 @@ class EngineSimServer:
             self.driver.abort(stream.request_id)
             raise
 
-    async def _handoff(
-        self, request: web.Request, body: Mapping[str, Any], parsed: _Parsed
-    ) -> tuple[bool, int]:
+    async def _handoff(self, body: Mapping[str, Any], parsed: _Parsed) -> tuple[bool, int]:
         """This request's part in a hand-off: whether to answer with the KV's whereabouts (a
         prefill), and how many prompt tokens' KV it pulled first (a decode)."""
-        prefiller = request.headers.get(PREFILLER_HEADER)
         params = body.get("kv_transfer_params")
-        if prefiller and (self.handoff is None or not self.handoff.consumes()):
-            raise HandoffError(
-                400,
-                f"{PREFILLER_HEADER} names a prefill engine, but this engine takes no hand-off "
-                "(--kv-transfer-config kv_consumer)",
-            )
-        if prefiller:
-            params = await prefill_remotely(prefiller, request.path, body, _HANDOFF_TIMEOUT_S)
         produce, consume = wanted(params)
         if not (produce or consume):
             return False, 0

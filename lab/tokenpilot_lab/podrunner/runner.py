@@ -333,7 +333,14 @@ class PodRunner:
                 continue
             if status.get("phase") not in ("Running", "Pending"):
                 continue
-            for container in pod["spec"].get("containers", []):
+            # Native sidecars (init containers with restartPolicy Always) run beside the pod's
+            # containers for its whole life, as the kubelet runs them.
+            sidecars = [
+                c
+                for c in pod["spec"].get("initContainers") or []
+                if c.get("restartPolicy") == "Always"
+            ]
+            for container in [*pod["spec"].get("containers", []), *sidecars]:
                 if self.images.rule_for(container.get("image", "")) is not None:
                     wanted[(meta["uid"], container["name"])] = (pod, container)
         return wanted
