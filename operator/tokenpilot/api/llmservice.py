@@ -360,16 +360,21 @@ POOL_NOT_AUTO = CelRule(
 )
 
 
-class GpuPool(ApiModel):
-    """One GPU type the service may run on: its own Deployment, budget and replica range."""
-
-    sku: str = Field(
+def _named_sku() -> Any:
+    """A pool's SKU field: a name the profile catalog knows, never `auto`."""
+    return Field(
         min_length=1,
         max_length=40,
         pattern=r"^[A-Za-z0-9][-A-Za-z0-9._]*$",
         description="A GPU SKU name known to the profile catalog (e.g. H100-80GB, L40S); "
         "not `auto`.",
     )
+
+
+class GpuPool(ApiModel):
+    """One GPU type the service may run on: its own Deployment, budget and replica range."""
+
+    sku: str = _named_sku()
     gpus_per_replica: int | None = Field(
         None, ge=1, le=8, description="GPUs per engine pod; defaults to tensorParallelSize."
     )
@@ -496,13 +501,7 @@ PHASE_NOT_AUTO = CelRule(
 class PhasePool(ApiModel):
     """The prefill or the decode pool of a disaggregated service: its own Deployment."""
 
-    sku: str = Field(
-        min_length=1,
-        max_length=40,
-        pattern=r"^[A-Za-z0-9][-A-Za-z0-9._]*$",
-        description="A GPU SKU name known to the profile catalog (e.g. H100-80GB, L40S); "
-        "not `auto`.",
-    )
+    sku: str = _named_sku()
     tensor_parallel_size: int | None = Field(
         None,
         ge=1,

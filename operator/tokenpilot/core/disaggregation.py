@@ -46,6 +46,7 @@ from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs
 from tokenpilot.core.roofline import PrefillChunk
+from tokenpilot.core.retune import servable_scale
 from tokenpilot.core.tuner import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -370,18 +371,7 @@ def verdict(
 
 def _max_rate(model: ReplicaModel, workload: PhaseWorkload) -> float:
     """The most requests/s of `workload` one replica serves within its SLOs (0 if none)."""
-    low, high = 0.0, 1.0
-    while model.serves(workload.demand(high)).ok:
-        low, high = high, high * 2
-        if high > 1e6:
-            return low
-    for _ in range(40):
-        mid = (low + high) / 2
-        if model.serves(workload.demand(mid)).ok:
-            low = mid
-        else:
-            high = mid
-    return low
+    return servable_scale(model, workload.demand(1.0))
 
 
 def _decodes_within(model: ReplicaModel, context: float, itl_s: float | None) -> int:
