@@ -45,8 +45,8 @@ from tokenpilot.core.autoscale.workload import MIN_REQUESTS, LearnedWorkload
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs
-from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.retune import servable_scale
+from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot.core.tuner import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
