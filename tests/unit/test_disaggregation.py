@@ -21,6 +21,7 @@ from tokenpilot.core.disaggregation import (
     kv_transfer_s,
     phase_models,
     plan_phases,
+    prefill_s,
     verdict,
 )
 from tokenpilot.core.errors import InvalidSpec
@@ -67,19 +68,32 @@ def test_the_prefill_budget_is_the_smallest_chunk_near_the_best_price_per_token(
     budget = plan.prefill.token_budget
     seqs = vllm_batch_defaults(CATALOG.get(gpu)).max_num_seqs
     assert budget % 16 == 0 and budget >= seqs
-    model = phase_models(inputs(gpu), inputs(gpu), plan)[0].pricer
-    context = round(LONG.mean_prompt_tokens / 2)
+    pricer = phase_models(inputs(gpu), inputs(gpu), plan)[0].pricer
+    prompt = round(LONG.mean_prompt_tokens)
 
-    def per_token(b: int) -> float:
-        return model.iteration_s(0, 0, (PrefillChunk(b, context),)) / b
+    def price(b: int) -> float:
+        return prefill_s(pricer, prompt, b)
 
-    assert per_token(budget) <= per_token(16_384) * (1 + PREFILL_CHUNK_TOLERANCE)
+    assert price(budget) <= price(16_384) * (1 + PREFILL_CHUNK_TOLERANCE)
     if budget // 2 >= -(-seqs // 16) * 16:
-        assert per_token(budget // 2) > per_token(16_384) * (1 + PREFILL_CHUNK_TOLERANCE)
+        assert price(budget // 2) > price(16_384) * (1 + PREFILL_CHUNK_TOLERANCE)
+
+
+def test_a_prompts_attention_costs_the_same_however_it_is_chunked() -> None:
+    # Chunks of 1,024 and of the whole prompt attend the same pairs; the smaller chunks pay
+    # only their extra weight reads and step overheads.
+    pricer = phase_models(
+        inputs("H100-80GB"),
+        inputs("H100-80GB"),
+        plan_phases(inputs("H100-80GB"), inputs("H100-80GB"), LONG),
+    )[0].pricer
+    whole = pricer.iteration_s(0, 0, (PrefillChunk(12_288, 0),))
+    assert prefill_s(pricer, 12_288, 16_384) == pytest.approx(whole)
+    assert whole < prefill_s(pricer, 12_288, 1024) < whole * 1.5
 
 
 def test_the_decode_budget_is_vllms_floor_and_the_prefill_pool_gets_the_ttft_left() -> None:
-    plan = plan_phases(inputs("H100-80GB"), inputs("L40S"), LONG)
+    plan = plan_phases(inputs("H100-80GB", tensor_parallel_size=2), inputs("L40S"), LONG)
     assert plan.decode.token_budget == plan.decode.max_num_seqs == 256  # L40S: vLLM's 256
     assert plan.kv_transfer_s_p99 == pytest.approx(kv_transfer_s(LLAMA, 48_000, DEFAULT_KV_LINK))
     assert plan.prefill_ttft_s == pytest.approx(

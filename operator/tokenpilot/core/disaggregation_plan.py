@@ -36,14 +36,15 @@ from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
 from tokenpilot.core.batching import BatchingDecision, Bound, spec_decision
 from tokenpilot.core.disaggregation import (
     DEFAULT_KV_LINK,
+    KV_ROLES,
     KvLink,
     PhaseWorkload,
     kv_transfer_config,
     plan_phases,
 )
-from tokenpilot.core.errors import Infeasible, UnknownGPU
+from tokenpilot.core.errors import Infeasible
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
-from tokenpilot.core.pool_plan import PoolPlan
+from tokenpilot.core.pool_plan import PoolPlan, pool_profile
 from tokenpilot.core.pools import PoolShare
 from tokenpilot.core.render import (
     PhaseRender,
@@ -55,7 +56,7 @@ from tokenpilot.core.render import (
 from tokenpilot.core.retune import Tuning
 from tokenpilot.core.tuner import DEFAULT_OUTPUT_TOKENS
 
-ROLES = ("prefill", "decode")
+ROLES = tuple(KV_ROLES)  # prefill, then decode
 
 
 def phase_deployment_name(service: LLMService, role: str) -> str:
@@ -103,14 +104,10 @@ def plan_disaggregated(
     split = service.spec.disaggregation
     assert split is not None
     pools = (split.prefill, split.decode)
-    profiles = []
-    for role, pool in zip(ROLES, pools, strict=True):
-        try:
-            profiles.append(by_name(pool.sku))
-        except UnknownGPU as exc:
-            raise UnknownGPU(
-                f"disaggregation.{role} {pool.sku}: {exc}", how_to_add=exc.how_to_add
-            ) from None
+    profiles = [
+        pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
+        for role, pool in zip(ROLES, pools, strict=True)
+    ]
     inputs = [
         phase_inputs(service, role, pool, profile)
         for role, pool, profile in zip(ROLES, pools, profiles, strict=True)

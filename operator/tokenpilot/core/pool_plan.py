@@ -84,6 +84,14 @@ def planned_mix(inputs: PlanInputs, service: LLMService) -> Demand:
     return Demand(prompt, output, prompt, output, prompt)
 
 
+def pool_profile(by_name: Callable[[str], GPUProfile], where: str, sku: str) -> GPUProfile:
+    """A pool's GPU profile; UnknownGPU says which field of the spec names it."""
+    try:
+        return by_name(sku)
+    except UnknownGPU as exc:
+        raise UnknownGPU(f"{where}: {exc}", how_to_add=exc.how_to_add) from None
+
+
 def pool_inputs(service: LLMService, pool: GpuPool, profile: GPUProfile) -> PlanInputs:
     """The service's plan inputs on one pool's GPU; Infeasible names the pool."""
     try:
@@ -110,14 +118,7 @@ def plan_pools(
     or Infeasible (see the module doc)."""
     spec = service.spec
     pools = spec.accelerator.pools
-    profiles: list[GPUProfile] = []
-    for pool in pools:
-        try:
-            profiles.append(by_name(pool.sku))
-        except UnknownGPU as exc:
-            raise UnknownGPU(
-                f"accelerator.pools {pool.sku}: {exc}", how_to_add=exc.how_to_add
-            ) from None
+    profiles = [pool_profile(by_name, f"accelerator.pools {pool.sku}", pool.sku) for pool in pools]
     offered = {p.name for p in profiles if _products_on_nodes(p, nodes)}
     if not offered:
         skus = ", ".join(pool.sku for pool in pools)

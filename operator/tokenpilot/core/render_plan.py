@@ -143,35 +143,25 @@ def plan(
     two pools are planned by core.disaggregation_plan (no re-tune: each keeps its plan)."""
     spec = service.spec
     if spec.disaggregation is not None:
-        tuning, phases = plan_disaggregated(
-            service, by_name=by_name, service_monitor_served=service_monitor_served
-        )
-        phase_facts = [p.facts for p in phases]
-        return Plan(
-            sku=None,
-            facts=phase_facts[0],
-            manifests=render(service, phase_facts[0], phase_facts) + routing_of(service),
-            tuning=tuning,
-            pools=tuple(phases),
+        return _of_pools(
+            service,
+            *plan_disaggregated(
+                service, by_name=by_name, service_monitor_served=service_monitor_served
+            ),
         )
     if spec.accelerator.pools:
-        tuning, pools = plan_pools(
+        return _of_pools(
             service,
-            nodes=nodes,
-            by_name=by_name,
-            live=pools_live or {},
-            tune_first=lambda inputs: tuned(service, inputs, now),
-            choose=choose_batching,
-            service_monitor_served=service_monitor_served,
-            now=now,
-        )
-        pool_facts = [p.facts for p in pools]
-        return Plan(
-            sku=None,
-            facts=pool_facts[0],
-            manifests=render(service, pool_facts[0], pool_facts) + routing_of(service),
-            tuning=tuning,
-            pools=tuple(pools),
+            *plan_pools(
+                service,
+                nodes=nodes,
+                by_name=by_name,
+                live=pools_live or {},
+                tune_first=lambda inputs: tuned(service, inputs, now),
+                choose=choose_batching,
+                service_monitor_served=service_monitor_served,
+                now=now,
+            ),
         )
     # Each candidate SKU's inputs, planned once: the fit check and the batching read the same.
     planned: dict[str, PlanInputs] = {}
@@ -197,6 +187,19 @@ def plan(
     )
     manifests = render(service, facts) + routing_of(service)
     return Plan(sku=sku, facts=facts, manifests=manifests, tuning=tuning)
+
+
+def _of_pools(service: LLMService, tuning: Tuning, pools: Sequence[PoolPlan]) -> Plan:
+    """The plan of a service on several Deployments: each pool's, the first one's tuning in
+    status.tuning, the Service and PDB over all of them, then the routing objects."""
+    facts = [p.facts for p in pools]
+    return Plan(
+        sku=None,
+        facts=facts[0],
+        manifests=render(service, facts[0], facts) + routing_of(service),
+        tuning=tuning,
+        pools=tuple(pools),
+    )
 
 
 def routing_of(service: LLMService) -> list[dict[str, Any]]:
