@@ -58,7 +58,6 @@ class DisaggregatedFleetSimulation(PooledFleetSimulation):
         self._in_flight: list[tuple[float, int]] = []
         self._waiting: deque[int] = deque()
         self._received_s = [math.nan] * trace.num_requests
-        self._longest = decode.engine.max_model_len
 
     def _in_pool(self, pool_index: int) -> list[_Replica]:
         return [r for r in self._live if self._pool_of[r.index] == pool_index]
@@ -109,7 +108,10 @@ class DisaggregatedFleetSimulation(PooledFleetSimulation):
 
     def _dispatch(self, index: int, now_s: float) -> None:
         request = self.trace.requests[index]
-        if request.num_prompt_tokens + request.num_output_tokens > self._longest:
+        if (
+            request.num_prompt_tokens + request.num_output_tokens
+            > self.pools[DECODE].engine.max_model_len
+        ):
             self._num_rejected += 1
             return
         super()._dispatch(index, now_s)
