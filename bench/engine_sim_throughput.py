@@ -21,11 +21,12 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+
+from tokenpilot_lab.devcluster.ports import free_port
 
 _STAMP = b'"engine_time_s": '
 
@@ -37,12 +38,6 @@ class Stream:
     count: int = 0
     first_wall: float | None = None
     done_wall: float | None = None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def stream_one(port: int, body: bytes, stream: Stream) -> None:

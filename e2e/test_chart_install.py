@@ -12,7 +12,6 @@ pods through the API server's pod proxy.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from chart import (
     sample_manifest,
 )
 from tokenpilot.adapters.metrics import parse_metrics
+from tokenpilot_lab.devcluster.ports import ANY, free_port
 from tokenpilot_lab.devcluster.pytest_plugin import DevCluster, eventually
 
 SAMPLE = REPO / "samples" / "llama-3.1-8b-h100.yaml"
@@ -41,14 +41,6 @@ T = TypeVar("T")
 @pytest.fixture(scope="module")
 def monitoring_crds(kubeconfig: Path) -> None:
     install_monitoring_crds(kubeconfig)
-
-
-def free_port() -> int:
-    # The operator's /metrics listens on every address of the machine (pod IPs are loopback
-    # addresses here), so the chart is given a port nothing else holds.
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 def create_token_secret(namespace: str, kubeconfig: Path) -> None:
@@ -147,7 +139,7 @@ def release(kubeconfig: Path, namespace: str, monitoring_crds: None) -> Iterator
             "--set",
             f"operator.watchNamespaces={{{namespace}}}",
             "--set",
-            f"metrics.port={free_port()}",
+            f"metrics.port={free_port(ANY)}",
             "--timeout",
             "2m",
             kubeconfig=kubeconfig,

@@ -9,7 +9,6 @@ on a CRD that Helm installed.
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import yaml
 
 from chart import CHART, REPO, must, run, sample_manifest
 from tokenpilot.api.crd import CRD_NAME
+from tokenpilot_lab.devcluster.ports import ANY, free_port
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 SAMPLE = REPO / "samples" / "llama-3.1-8b-l40s.yaml"
@@ -32,12 +32,6 @@ def documented_crd_upgrade() -> list[str]:
     found = re.search(rf"kubectl apply [^`\n]*{re.escape(CHART_CRDS)}", text)
     assert found, f"docs/install.md gives no `kubectl apply ... {CHART_CRDS}`"
     return found.group(0).split()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 def get(kind: str, name: str, namespace: str, kubeconfig: Path) -> dict[str, Any] | None:
@@ -59,7 +53,7 @@ def installed(kubeconfig: Path, namespace: str) -> Iterator[str]:
         run(
             "helm", "install", release, str(CHART), "--namespace", namespace,
             "--set", f"operator.watchNamespaces={{{namespace}}}",
-            "--set", f"metrics.port={free_port()}", "--wait", "--timeout", "3m",
+            "--set", f"metrics.port={free_port(ANY)}", "--wait", "--timeout", "3m",
             kubeconfig=kubeconfig,
         )
     )  # fmt: skip

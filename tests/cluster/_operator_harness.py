@@ -4,7 +4,6 @@ a process, create services, and count the API server's writes."""
 from __future__ import annotations
 
 import copy
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURC
 from tokenpilot.adapters.metrics import MetricsPage, parse_metrics
 from tokenpilot.api.crd import crd
 from tokenpilot.handlers.operator import OperatorConfig, operate
+from tokenpilot_lab.devcluster.ports import ANY, free_ports
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -210,11 +210,9 @@ def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
     return out
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now (for an operator's /metrics)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def metrics_ports(count: int) -> tuple[int, ...]:
+    """Distinct ports free on every address, for operators' /metrics (which listen on all)."""
+    return free_ports(count, ANY)
 
 
 def operator_page(port: int) -> MetricsPage | None:

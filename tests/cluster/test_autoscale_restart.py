@@ -17,7 +17,7 @@ import httpx
 import pytest
 from _operator_harness import (
     create,
-    free_port,
+    metrics_ports,
     operator_page,
     operator_thread,
     ready_pod_ip,
@@ -85,7 +85,7 @@ def test_a_restarted_operator_resumes_the_forecast_it_had(
     body["spec"]["autoscaling"].update(
         {"minReplicas": 1, "maxReplicas": 2, "interval": "2s", "metrics": {"type": "direct"}}
     )
-    first, second = free_port(), free_port()
+    first, second = metrics_ports(2)
     with operator_thread(kubeconfig, namespace, profiles_configmap=profiles, metrics_port=first):
         create(client, body)
         steady_load.set()

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from _operator_harness import (
     create,
-    free_port,
     get_llms,
+    metrics_ports,
     operator_page,
     operator_thread,
     patch_spec,
@@ -130,7 +130,7 @@ def test_a_steady_status_is_not_rewritten_and_a_change_is_written_at_once(
     body["spec"]["autoscaling"].update(
         {"minReplicas": 1, "maxReplicas": 2, "interval": "2s", "metrics": {"type": "direct"}}
     )
-    port = free_port()
+    (port,) = metrics_ports(1)
     with operator_thread(kubeconfig, namespace, metrics_port=port):
         create(client, body)
         # One Ready replica, its metrics read.

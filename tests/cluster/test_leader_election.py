@@ -10,7 +10,6 @@ lease 15 s + 2 x retry 2 s + start-up and first reconcile (budget 15 s) = 34 s.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from _operator_harness import (
     get_llms,
     install_crd,
     lease_holder,
+    metrics_ports,
     sample,
     stop_process,
 )
@@ -77,12 +77,6 @@ def _edit(client: KubeClient, namespace: str, budget: int, min_replicas: int) ->
         },
         content_type="application/merge-patch+json",
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _two_replicas(
@@ -153,7 +147,8 @@ def test_sigkill_of_the_leader_hands_over_within_the_bound_without_overlap(
     assert dev_cluster.state_dir is not None, "needs the dev cluster's audit log"
     client = client_for(kubeconfig)
     install_crd(client)
-    ports = (_free_port(), _free_port())
+    port_a, port_b = metrics_ports(2)
+    ports = (port_a, port_b)
     a, b = _two_replicas(kubeconfig, namespace, tmp_path, metrics_ports=ports)
     try:
         _service(client, namespace)

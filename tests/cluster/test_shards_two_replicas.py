@@ -19,7 +19,7 @@ import pytest
 from _operator_harness import (
     create,
     elected_operator,
-    free_port,
+    metrics_ports,
     operator_page,
     sample,
     stop_process,
@@ -92,7 +92,7 @@ def services(client: KubeClient, namespace: str) -> Iterator[None]:
 def test_two_replicas_share_the_services_and_one_takes_all_when_the_other_dies(
     kubeconfig: Path, namespace: str, services: None, tmp_path: Path
 ) -> None:
-    ports = [free_port(), free_port()]
+    ports = list(metrics_ports(2))
     procs = [replica(kubeconfig, namespace, tmp_path, i, port) for i, port in enumerate(ports)]
     try:
         eventually(

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from tokenpilot.api.model_shape import model_preset
 from tokenpilot.core.calibration.derive import threshold_tokens
 from tokenpilot.core.calibration.grid import GridSize, burst_steps, plan_grid
 from tokenpilot.core.steptime import StepTimeModel, step_time_model
+from tokenpilot_lab.devcluster.ports import free_port
 
 TIME_SCALE = "10"
 BUDGET = 2048
@@ -66,12 +66,6 @@ stepModel:
   overheadMs: {{value: {overhead}, {fitted[1:]}
   allReduceLatencyUs: {{value: 30, {fitted[1:]}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tokenpilot(*args: str) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tokenpilot_lab.devcluster.ports import free_port
 from tokenpilot_lab.engine_sim import options, timing
 
 
@@ -83,12 +83,6 @@ def test_out_of_range_values_stop_the_start_naming_the_flag(argv: list[str], fla
 def test_combinations_vllm_would_refuse_are_refused(argv: list[str], message: str) -> None:
     with pytest.raises(options.OptionsError, match=message):
         timing.build(options.parse(argv))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_started_as_the_pod_runner_starts_it() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
+from tokenpilot_lab.devcluster.ports import free_port
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import EngineSimServer, ServedModel, serve
 from tokenpilot_lab.loadgen import (
@@ -26,13 +26,6 @@ from tokenpilot_lab.loadgen import (
     run_plan,
     summarize,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @asynccontextmanager

@@ -9,7 +9,6 @@ decodes); docs/engine-simulator.md has the cause and the figures.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,12 @@ import pytest
 
 from tokenpilot.adapters.interference import run_probe
 from tokenpilot.core.interference import ProbeSettings
+from tokenpilot_lab.devcluster.ports import free_port
 from tokenpilot_lab.engine_sim import options, timing
 from tokenpilot_lab.engine_sim.server import ServedModel, running
 
 ENGINE_SIM_ARGS = ["--gpu", "H100-80GB", "--max-num-batched-tokens", "8192"]
 BURST_ARGS = ["--decodes", "32", "--num-prefill", "4", "--prefill-len", "2048"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -54,6 +54,8 @@ from tokenpilot_lab.podrunner.containers import Podman
 Progress = Callable[[str], None]
 START_ATTEMPTS = 3
 
+_COMPONENT_PORTS = ("etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
+
 
 @dataclass(frozen=True)
 class UpOptions:
@@ -217,10 +219,7 @@ def _start(
     st.pod_mode = options.pod_mode if options.pod_runner else ""
     st.ports = {
         "kube-apiserver": apiserver_port,
-        **{
-            name: ports.free_port()
-            for name in ("etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler", "kwok")
-        },
+        **dict(zip(_COMPONENT_PORTS, ports.free_ports(len(_COMPONENT_PORTS)), strict=True)),
     }
     st.save()
     (d / AUDIT_POLICY_FILE).write_text(AUDIT_POLICY)

@@ -9,12 +9,26 @@ from tokenpilot_lab.host.errors import PortInUse
 HOST = "127.0.0.1"
 
 
+ANY = "0.0.0.0"
+
+
+def free_ports(count: int, host: str = HOST) -> tuple[int, ...]:
+    """`count` distinct ports the kernel says are free right now; the caller binds them moments
+    later. All are held until the last is chosen: a port closed and asked for again can come back.
+    Pass `ANY` for a process that listens on every address (pods here are loopback addresses)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return tuple(int(sock.getsockname()[1]) for sock in sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def free_port(host: str = HOST) -> int:
-    """A port the kernel says is free right now; the caller binds it moments later."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """One port the kernel says is free right now (see `free_ports`)."""
+    return free_ports(1, host)[0]
 
 
 def is_free(port: int, host: str = HOST) -> bool:
