@@ -62,7 +62,24 @@ def flag(deployment: dict[str, Any], name: str) -> str:
     ("overrides", "message"),
     [
         ({"routing": {}}, "needs spec.routing.inferencePool"),
-        ({"autoscaling": {"enabled": True}}, "not autoscaled yet"),
+        (
+            {
+                "autoscaling": {
+                    "enabled": True,
+                    "metrics": {"type": "prometheus", "prometheusUrl": "http://prom:9090"},
+                }
+            },
+            "set spec.autoscaling.metrics.type to direct",
+        ),
+        (
+            {
+                "disaggregation": {
+                    **SPLIT,
+                    "decode": {"sku": "L40S", "minReplicas": 3, "maxReplicas": 2},
+                }
+            },
+            "minReplicas must be <= its maxReplicas",
+        ),
         (
             {"accelerator": {"pools": [{"sku": "H100-80GB"}]}},
             "do not go together",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
@@ -18,7 +19,7 @@ from tokenpilot.core.batching import Bound
 from tokenpilot.core.capacity import BLOCK_SIZE
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, ServiceLevel, WorkloadHints
-from tokenpilot.core.tuner import CAP_LOWERING_MIN_GAIN, recommend
+from tokenpilot.core.tuner import CAP_LOWERING_MIN_GAIN, DEFAULT_PROMPT_TOKENS, recommend
 
 CATALOG = load_builtin_catalog()
 LLAMA_8B = model_preset("llama-3.1-8b")
@@ -343,6 +344,16 @@ def test_budget_is_a_block_multiple_within_vllms_limits(
     assert decision.lower is not None and decision.upper is not None
 
 
+def test_loosening_the_itl_past_vllms_cap_costs_no_decodes() -> None:
+    # The case that found the rule below: H100, 8B, 2 s, vLLM's cap of 1,024.
+    profile, shape = CATALOG.get("H100-80GB"), model_preset("llama-3.1-8b")
+    tight, loose = (
+        recommend(PlanInputs.of(profile, shape, ServiceLevel(itl, 2.0), WorkloadHints()))
+        for itl in (0.050, 0.055)
+    )
+    assert loose.planned_decodes >= tight.planned_decodes
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     gpu=st.sampled_from(CATALOG.names),
@@ -359,7 +370,13 @@ def test_a_looser_itl_never_plans_materially_fewer_decodes(
     # or take the one decode a looser limit's larger share of prefill per step may displace).
     # (With vLLM's 1,024 on an H100 and the cap kept wherever one decode fit beside its
     # smallest budget, 55 ms planned 11 decodes where 50 ms planned 98.)
+    # Where the TTFT binds, a looser ITL rightly plans fewer: a prompt may take floor(TTFT /
+    # ITL) steps, so each step carries more of it, and the prefill it keeps room for leaves
+    # fewer decodes (RTX-5090, 8B, TTFT 0.5 s: 6 decodes at ITL 27 ms beside 80 prompt tokens,
+    # 9 at 21 ms beside 32). The property is for an ITL the TTFT leaves free.
     itl, ttft = slo
+    prompt = hints.prompt_p99_tokens or DEFAULT_PROMPT_TOKENS
+    assume(math.ceil(prompt / max(1, math.floor(ttft / itl))) <= BLOCK_SIZE)
     profile, shape = CATALOG.get(gpu), model_preset(model)
     loose = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl, ttft), hints))
     tight = recommend(PlanInputs.of(profile, shape, ServiceLevel(itl * tighter, ttft), hints))

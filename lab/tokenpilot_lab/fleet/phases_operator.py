@@ -10,7 +10,8 @@ windows), the prefill pool against its share of the TTFT and the decode pool aga
 The phase plan (`core.disaggregation.plan_phases`) starts from the tuner's defaults, as the
 operator's first plan does with no hints; once the decode pool's learned workload rests on
 enough requests (it sees every request's whole prompt and output) the plan is remade from it,
-and again whenever one of its figures moves by `REPLAN_CHANGE` or more; that moves the
+and again whenever one of its figures moves by `REPLAN_CHANGE` or more
+(`PhaseWorkload.replanned`, as the operator's `runtime.phases_loop`); that moves the
 prefill pool's TTFT share (the KV transfer of the P99 prompt) and both capacity models'
 workload. The engines keep the budgets they were created with.
 
@@ -42,8 +43,6 @@ from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView, PoolView
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PHASES = ("prefill", "decode")
-# A learned figure this far from the one planned for re-plans (the re-tune's materiality).
-REPLAN_CHANGE = 0.1
 
 
 @dataclass
@@ -101,9 +100,8 @@ class PhasesOperator:
         return PoolsChoice(tuple(wanted), "; ".join(words))
 
     def _replan(self, now_s: float) -> None:
-        learned = self.states[1].workload.learned()
-        workload = PhaseWorkload.planned(learned)
-        if not _moved(self.workload, workload):
+        workload = self.workload.replanned(self.states[1].workload.learned())
+        if workload is self.workload:
             return
         # The engines keep their budgets: the plan is remade at them.
         plan = plan_phases(*self._at_running_budgets(), workload, self.link)
@@ -120,16 +118,6 @@ class PhasesOperator:
             )
             out.append(replace(inputs, hints=hints))
         return out[0], out[1]
-
-
-def _moved(planned: PhaseWorkload, seen: PhaseWorkload) -> bool:
-    """Whether a figure of the mix moved by `REPLAN_CHANGE` or more from the one planned for."""
-    pairs = (
-        (planned.mean_prompt_tokens, seen.mean_prompt_tokens),
-        (planned.prompt_p99_tokens, seen.prompt_p99_tokens),
-        (planned.mean_output_tokens, seen.mean_output_tokens),
-    )
-    return any(abs(b - a) >= REPLAN_CHANGE * a for a, b in pairs)
 
 
 def _readings(pool: PoolView) -> tuple[PodScrapes, Current]:

@@ -496,6 +496,11 @@ PHASE_NOT_AUTO = CelRule(
     "spec.accelerator.sku alone",
     ".sku",
 )
+PHASE_MIN_WITHIN_MAX = CelRule(
+    "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+    "a prefill or decode pool's minReplicas must be <= its maxReplicas",
+    ".minReplicas",
+)
 
 
 class PhasePool(ApiModel):
@@ -509,17 +514,43 @@ class PhasePool(ApiModel):
         description="GPUs per engine of this pool; defaults to engine.tensorParallelSize. "
         "The prefill pool's lever for long prompts (docs/disaggregation.md).",
     )
-    replicas: int = Field(1, ge=0, le=1000, description="Engine replicas of this pool.")
+    replicas: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="Engine replicas of this pool; with spec.autoscaling.enabled the autoscaler "
+        "sets it (leave it out of applied manifests, as spec.replicas).",
+    )
+    min_replicas: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="The fewest replicas the autoscaler gives this pool; defaults to "
+        "autoscaling.minReplicas.",
+    )
+    max_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="The most replicas the autoscaler gives this pool; defaults to "
+        "autoscaling.maxReplicas.",
+    )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels this pool's pods must match."
     )
 
-    model_config = ConfigDict(json_schema_extra=_cel(PHASE_NOT_AUTO))
+    model_config = ConfigDict(json_schema_extra=_cel(PHASE_NOT_AUTO, PHASE_MIN_WITHIN_MAX))
 
     @model_validator(mode="after")
     def _named(self) -> Self:
         if self.sku.lower() == AUTO:
             raise ValueError(PHASE_NOT_AUTO.message)
+        if (
+            self.min_replicas is not None
+            and self.max_replicas is not None
+            and self.min_replicas > self.max_replicas
+        ):
+            raise ValueError(PHASE_MIN_WITHIN_MAX.message)
         return self
 
 
@@ -766,11 +797,12 @@ SPLIT_NOT_POOLS = CelRule(
     "under spec.disaggregation",
     ".disaggregation",
 )
-SPLIT_NOT_AUTOSCALED = CelRule(
-    "!has(self.disaggregation) || !self.autoscaling.enabled",
-    "a disaggregated service is not autoscaled yet: set spec.autoscaling.enabled false, and "
-    "each pool's replicas under spec.disaggregation",
-    ".autoscaling.enabled",
+SPLIT_READS_PODS = CelRule(
+    "!has(self.disaggregation) || !self.autoscaling.enabled || "
+    "self.autoscaling.metrics.type == 'direct'",
+    "a disaggregated service's pools are scaled on their own pods' pages: set "
+    "spec.autoscaling.metrics.type to direct",
+    ".autoscaling.metrics.type",
 )
 GPUS_COVER_TP = CelRule(
     "!has(self.accelerator.gpusPerReplica) || "
@@ -833,7 +865,7 @@ class LLMServiceSpec(ApiModel):
             WHOLE_PROMPT_PER_STEP,
             SPLIT_NEEDS_PICKER,
             SPLIT_NOT_POOLS,
-            SPLIT_NOT_AUTOSCALED,
+            SPLIT_READS_PODS,
         )
     )
 
@@ -859,8 +891,11 @@ class LLMServiceSpec(ApiModel):
                 raise ValueError(SPLIT_NEEDS_PICKER.message)
             if self.accelerator.pools:
                 raise ValueError(SPLIT_NOT_POOLS.message)
-            if self.autoscaling.enabled:
-                raise ValueError(SPLIT_NOT_AUTOSCALED.message)
+            if (
+                self.autoscaling.enabled
+                and self.autoscaling.metrics.type is not MetricsSourceType.direct
+            ):
+                raise ValueError(SPLIT_READS_PODS.message)
         return self
 
     @property
@@ -1028,6 +1063,26 @@ class PoolStatus(ApiModel):
     reason: str = Field(description="Why it has these replicas, in words.")
 
 
+class PhaseScalingStatus(ApiModel):
+    """The autoscaler's view of one pool of a disaggregated service."""
+
+    autoscaling: AutoscalingStatus | None = Field(None, description="Its last decision.")
+    workload: WorkloadStatus | None = Field(
+        None, description="The traffic its engines served, from their own metrics."
+    )
+    engine_costs: EngineCostsStatus | None = Field(
+        None, description="What its engines' steps cost, term by term, against the step model."
+    )
+
+
+class PhasesScalingStatus(ApiModel):
+    """Each pool of a disaggregated service, scaled on its own signal (written by the
+    autoscaler, one field manager per pool)."""
+
+    prefill: PhaseScalingStatus | None = Field(None, description="The prefill pool.")
+    decode: PhaseScalingStatus | None = Field(None, description="The decode pool.")
+
+
 class LLMServiceStatus(ApiModel):
     """What the operator observed."""
 
@@ -1040,7 +1095,8 @@ class LLMServiceStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Progressing, Degraded, Infeasible (the reconciler's); "
-        "MetricsAvailable, PaceAsProfiled (the autoscaler's).",
+        "MetricsAvailable, PaceAsProfiled (the autoscaler's; in a disaggregated service one "
+        "each per pool, e.g. PrefillMetricsAvailable).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     tuning: TuningStatus | None = Field(None, description="Batching choices and their reason.")
@@ -1057,6 +1113,9 @@ class LLMServiceStatus(ApiModel):
     )
     engine_costs: EngineCostsStatus | None = Field(
         None, description="What the engines' steps cost, term by term, against the step model."
+    )
+    phases: PhasesScalingStatus | None = Field(
+        None, description="A disaggregated service's pools as the autoscaler scales them."
     )
     calibration: CalibrationStatus | None = Field(None, description="The last calibration.")
 

@@ -58,6 +58,9 @@ from tokenpilot.core.tuner import (
 
 # A prefill chunk may cost at most this much more per token than the largest chunk considered.
 PREFILL_CHUNK_TOLERANCE = 0.05
+# A learned figure this far from the one the pools are sized for re-sizes them (the re-tune's
+# materiality).
+REPLAN_CHANGE = 0.1
 # The split is advised on cost alone only where it serves a request/s for this much less: two
 # pools bring a second fleet to keep warm and a hand-off that can fail, which no price here
 # counts (the re-tune's materiality, core.retune).
@@ -146,6 +149,27 @@ class PhaseWorkload:
             DEFAULT_PROMPT_TOKENS,
             float(DEFAULT_OUTPUT_TOKENS),
         )
+
+    def replanned(self, learned: LearnedWorkload | None) -> PhaseWorkload:
+        """The mix to size the pools for, this being the one they are sized for: the learned
+        one (`planned`) where it rests on `MIN_REQUESTS` requests and one of its figures moved
+        by `REPLAN_CHANGE` or more, else this one, so the capacity models change on a material
+        move and not with every evaluation's noise."""
+        if (
+            learned is None
+            or learned.num_requests < MIN_REQUESTS
+            or learned.prompt is None
+            or learned.output is None
+        ):
+            return self
+        seen = PhaseWorkload.planned(learned)
+        pairs = (
+            (self.mean_prompt_tokens, seen.mean_prompt_tokens),
+            (self.prompt_p99_tokens, seen.prompt_p99_tokens),
+            (self.mean_output_tokens, seen.mean_output_tokens),
+        )
+        moved = any(abs(b - a) >= REPLAN_CHANGE * a for a, b in pairs)
+        return seen if moved else self
 
     def demand(self, requests_per_s: float) -> Demand:
         """This mix arriving at `requests_per_s`."""

@@ -11,14 +11,17 @@ GPU, tensor parallelism, batching and Deployment.
    (`llm-d.ai/role`, which the llm-d router's endpoint picker selects on), the engine's
    `--kv-transfer-config` (NIXL, producing on prefill and consuming on decode), NIXL's side
    channel, and on the decode pool the llm-d routing sidecar in front of the engine.
-Each pool runs the replicas the spec gives it: a disaggregated service is not autoscaled yet
-(the API refuses spec.autoscaling.enabled with it).
+Each pool runs the replicas its `spec.disaggregation.<role>.replicas` gives it; with
+spec.autoscaling.enabled the autoscaler sets those (runtime.phases_loop), sizing each pool with
+`phase_scaling`: its replica model and policy at the budgets the engines run, for the mix the
+pools are sized for, between the pool's bounds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
@@ -33,16 +36,20 @@ from tokenpilot.api.llmservice import (
 )
 from tokenpilot.api.workload import TuningBasis
 from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
+from tokenpilot.core.autoscale.policy import AutoscalePolicy
 from tokenpilot.core.batching import BatchingDecision, Bound, spec_decision
 from tokenpilot.core.disaggregation import (
     DEFAULT_KV_LINK,
     KV_ROLES,
+    DisaggregationPlan,
     KvLink,
     PhaseWorkload,
     kv_transfer_config,
+    phase_models,
+    phase_policies,
     plan_phases,
 )
-from tokenpilot.core.errors import Infeasible
+from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
 from tokenpilot.core.pool_plan import PoolPlan, pool_profile
 from tokenpilot.core.pools import PoolShare
@@ -61,6 +68,19 @@ ROLES = tuple(KV_ROLES)  # prefill, then decode
 
 def phase_deployment_name(service: LLMService, role: str) -> str:
     return f"{service.metadata.name}-{role}"
+
+
+def phase_pool_label(role: str, sku: str) -> str:
+    """The pool label (core.render.POOL_LABEL) of one phase's pods."""
+    return f"{role}-{pool_label_value(sku)}"
+
+
+def _link(service: LLMService) -> KvLink:
+    split = service.spec.disaggregation
+    assert split is not None
+    if split.kv_link_gbps is None:
+        return DEFAULT_KV_LINK
+    return KvLink(split.kv_link_gbps, "spec.disaggregation.kvLinkGbps")
 
 
 def phase_inputs(
@@ -113,12 +133,7 @@ def plan_disaggregated(
         for role, pool, profile in zip(ROLES, pools, profiles, strict=True)
     ]
     workload, basis = hinted_workload(service)
-    link = (
-        DEFAULT_KV_LINK
-        if split.kv_link_gbps is None
-        else KvLink(split.kv_link_gbps, "spec.disaggregation.kvLinkGbps")
-    )
-    phased = plan_phases(inputs[0], inputs[1], workload, link)
+    phased = plan_phases(inputs[0], inputs[1], workload, _link(service))
     budget, seqs = service.spec.batching.max_num_batched_tokens, service.spec.batching.max_num_seqs
     plans = []
     for role, pool, profile, pool_in, phase in zip(
@@ -146,7 +161,7 @@ def plan_disaggregated(
             pool=PoolRender(
                 sku=pool.sku,
                 deployment=deployment,
-                label=f"{role}-{pool_label_value(pool.sku)}",
+                label=phase_pool_label(role, pool.sku),
                 replicas=pool.replicas,
                 gpus_per_replica=gpus,
                 node_selector=dict(pool.node_selector),
@@ -180,6 +195,63 @@ def plan_disaggregated(
             )
         )
     return Tuning(plans[0].facts.batching, basis, None), plans
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseScaling:
+    """What the autoscaler sizes a disaggregated service's pools with, prefill first: each
+    pool's pod label, and its policy (replica model, bounds, SLO) for the mix `plan` is for."""
+
+    labels: tuple[str, str]
+    policies: tuple[AutoscalePolicy, AutoscalePolicy]
+    plan: DisaggregationPlan
+
+
+def phase_bounds(service: LLMService) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Each pool's (min, max) replicas: its own, else spec.autoscaling's."""
+    split, scaling = service.spec.disaggregation, service.spec.autoscaling
+    assert split is not None
+    bounds = []
+    for role, pool in zip(ROLES, (split.prefill, split.decode), strict=True):
+        low = scaling.min_replicas if pool.min_replicas is None else pool.min_replicas
+        high = scaling.max_replicas if pool.max_replicas is None else pool.max_replicas
+        if low > high:
+            raise InvalidSpec(
+                f"spec.disaggregation.{role}: minReplicas {low} > maxReplicas {high} (the one "
+                "not set on the pool comes from spec.autoscaling); set both on the pool"
+            )
+        bounds.append((low, high))
+    return bounds[0], bounds[1]
+
+
+def phase_scaling(
+    service: LLMService, *, by_name: Callable[[str], GPUProfile], workload: PhaseWorkload
+) -> PhaseScaling:
+    """Both pools' policies for `workload`, each priced at the batching its engines run (the
+    reconciler's plan). Raises UnknownGPU, Infeasible or InvalidSpec naming the pool."""
+    split = service.spec.disaggregation
+    assert split is not None
+    _, plans = plan_disaggregated(service, by_name=by_name, service_monitor_served=False)
+    inputs = []
+    for role, pool, pool_plan in zip(ROLES, (split.prefill, split.decode), plans, strict=True):
+        profile = pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
+        planned = phase_inputs(service, role, pool, profile)
+        running = pool_plan.facts.batching
+        hints = replace(
+            planned.hints,
+            token_budget=running.token_budget,
+            max_num_seqs=running.max_num_seqs,
+        )
+        inputs.append(replace(planned, hints=hints))
+    plan = plan_phases(inputs[0], inputs[1], workload, _link(service))
+    policies = phase_policies(
+        service.spec, phase_models(inputs[0], inputs[1], plan), phase_bounds(service)
+    )
+    labels = (
+        phase_pool_label("prefill", split.prefill.sku),
+        phase_pool_label("decode", split.decode.sku),
+    )
+    return PhaseScaling(labels, policies, plan)
 
 
 def _decision(

@@ -21,7 +21,8 @@ each writer applies only what it owns (adapters/kube/status.py).
 
 status.tuning is the batching decision as the API publishes it (`tuning_status`).
 
-What the autoscaler owns in status (`autoscaling`, MetricsAvailable, PaceAsProfiled) is its own
+What the autoscaler owns in status (`autoscaling`, `phases`, MetricsAvailable, PaceAsProfiled
+and their per-pool names) is its own
 (core.autoscale.report).
 """
 
@@ -298,6 +299,6 @@ def _reconciler_part(status: LLMServiceStatus) -> dict[str, Any]:
         by_alias=True,
         mode="json",
         # The autoscaler's and the calibration writer's: each writer applies only what it owns.
-        exclude={"autoscaling", "calibration", "workload", "engine_costs"},
+        exclude={"autoscaling", "calibration", "workload", "engine_costs", "phases"},
         exclude_none=True,
     )

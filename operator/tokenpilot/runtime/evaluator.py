@@ -43,6 +43,7 @@ from tokenpilot.adapters.kube.watch import WatchCache
 from tokenpilot.adapters.metrics import PodEndpoint
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.runtime.memories import Key, MemoryKeeper
+from tokenpilot.runtime.phases_loop import PhasesLoop
 from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime, ServiceLoop
 
 log = logging.getLogger("tokenpilot.autoscaler")
@@ -80,7 +81,7 @@ class Evaluator:
     client: KubeClient
     namespaces: Sequence[str] = ()
     profile_of: Callable[[str], GPUProfile] | None = None
-    loops: dict[Key, ServiceLoop] = field(default_factory=dict)
+    loops: dict[Key, ServiceLoop | PhasesLoop] = field(default_factory=dict)
     due_s: dict[Key, float] = field(default_factory=dict)
     started_s: dict[Key, float] = field(default_factory=dict)  # each one's last evaluation
     max_under_way: int = MAX_EVALUATIONS_UNDER_WAY
@@ -208,13 +209,16 @@ class Evaluator:
         self, key: Key, body: Mapping[str, Any], pods: tuple[PodEndpoint, ...]
     ) -> float:
         loop = self.loops.get(key)
-        if loop is None:
-            loop = ServiceLoop(
+        # A disaggregated service is scaled pool by pool; a spec that splits or joins its
+        # phases starts the other kind afresh.
+        kind = PhasesLoop if body.get("spec", {}).get("disaggregation") else ServiceLoop
+        if not isinstance(loop, kind):
+            loop = kind(
                 self.runtime,
                 self._client_of(key),
                 *key,
                 profile_of=self.profile_of,
-                memory=self.memories.take(key),
+                memory=self.memories.take(key) if loop is None else None,
             )
             self.loops[key] = loop
         started_s = self.runtime.clock.monotonic_s()

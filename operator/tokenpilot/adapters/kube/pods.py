@@ -71,12 +71,15 @@ def ready_pods(client: KubeClient, namespace: str, selector: str) -> list[dict[s
 
 
 def engine_url(pod: Mapping[str, Any]) -> str:
-    """http://<pod IP>:<its declared `http` port, else the rendered one>."""
-    port = HTTP_PORT
-    for container in pod.get("spec", {}).get("containers", [])[:1]:
-        for declared in container.get("ports") or []:
-            if declared.get("name") == "http":
-                port = int(declared["containerPort"])
+    """http://<pod IP>:<the engine's declared port, else the rendered one>: its `engine` port
+    where a routing sidecar fronts it (a decode pod), so the autoscaler reads the engine
+    itself, else its `http` port."""
+    declared = {
+        port.get("name"): int(port["containerPort"])
+        for container in pod.get("spec", {}).get("containers", [])[:1]
+        for port in container.get("ports") or []
+    }
+    port = declared.get("engine") or declared.get("http") or HTTP_PORT
     return f"http://{pod['status']['podIP']}:{port}"
 
 

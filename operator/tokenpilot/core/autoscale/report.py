@@ -301,3 +301,30 @@ def pace_event(previous_reason: str | None, pace: EnginePace) -> ServiceEvent | 
 
 def _applied_conditions(applied: Mapping[str, Any] | None) -> list[Condition]:
     return [Condition.model_validate(c) for c in (applied or {}).get("conditions", [])]
+
+
+# The fields of what the autoscaler owns that a disaggregated service keeps per pool.
+_PHASE_FIELDS = ("autoscaling", "workload", "engineCosts")
+
+
+def phase_owned(role: str, owned: Mapping[str, Any]) -> dict[str, Any]:
+    """What one pool's autoscaler owns in a disaggregated service's status, from what `report`
+    gives: its decision, workload and costs under status.phases.<role>, and its conditions
+    named for the pool (MetricsAvailable -> PrefillMetricsAvailable), so the two pools' writers
+    own disjoint fields."""
+    pool = {key: owned[key] for key in _PHASE_FIELDS if key in owned}
+    out: dict[str, Any] = {"phases": {role: pool}}
+    if "conditions" in owned:
+        prefix = role.capitalize()
+        out["conditions"] = [{**c, "type": prefix + c["type"]} for c in owned["conditions"]]
+    return out
+
+
+def phase_conditions(role: str, conditions: Sequence[Condition]) -> tuple[Condition, ...]:
+    """One pool's conditions among a service's, named as `report` knows them."""
+    prefix = role.capitalize()
+    return tuple(
+        c.model_copy(update={"type": c.type.removeprefix(prefix)})
+        for c in conditions
+        if c.type.startswith(prefix)
+    )

@@ -1,0 +1,218 @@
+"""A disaggregated service's evaluations: the autoscaler once per pool, each on its own signal.
+
+    spec.disaggregation.<role>.replicas, conditions and the      [the round's listing]
+    Ready engine pods, split by their pool label
+    each pool's policy at the batching its engines run, for the   [core, pure:
+    mix the pools are sized for                                    core.disaggregation_plan]
+    step(state, samples, current, now) per pool                   [core.autoscale.loop]
+    carries out each pool's actions: its replicas (a merge patch  [kube adapters]
+    of that field), the Events, its status (status.phases.<role>
+    and its conditions, under a field manager of its own)
+
+The prefill pool answers to the TTFT left after the KV hand-off on prompt tokens, the decode
+pool to the ITL on running decodes (core.disaggregation.phase_policies): the same rules as an
+aggregated service's. The mix starts as the spec's hints (or the tuner's defaults) and follows
+the decode pool's learned workload once it moves materially (PhaseWorkload.replanned); the
+decode engines see every request's whole prompt and output. The pools are read from their pods
+directly (the API refuses another metrics source for a split service).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from tokenpilot.adapters.kube import KubeClient, KubeError
+from tokenpilot.adapters.kube.events import post_event
+from tokenpilot.adapters.kube.scale import write_phase_replicas
+from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
+from tokenpilot.adapters.metrics import PodEndpoint, ServiceTarget
+from tokenpilot.api.gpu_profile import GPUProfile
+from tokenpilot.api.llmservice import LLMService
+from tokenpilot.core.autoscale import AutoscalePolicy
+from tokenpilot.core.autoscale.loop import (
+    Action,
+    ApplyStatus,
+    PostEvent,
+    ScaleTo,
+    ServiceState,
+    step,
+    unusable_spec,
+)
+from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
+from tokenpilot.core.autoscale.observation import Current
+from tokenpilot.core.autoscale.report import phase_conditions, phase_owned
+from tokenpilot.core.autoscale.spec import evaluation_interval_s
+from tokenpilot.core.disaggregation import PhaseWorkload
+from tokenpilot.core.disaggregation_plan import ROLES, hinted_workload, phase_scaling
+from tokenpilot.core.errors import InvalidSpec, TokenPilotError
+from tokenpilot.core.service_event import ServiceEvent
+from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime
+
+log = logging.getLogger("tokenpilot.autoscaler")
+
+
+def field_manager(role: str) -> str:
+    """Each pool's status writer: the two apply disjoint fields and never take each other's."""
+    return f"{AUTOSCALER}-{role}"
+
+
+@dataclass
+class PhasesLoop:
+    """One disaggregated service's evaluations: a `ServiceState` per pool, and the mix the pools
+    are sized for. Nothing else is remembered here."""
+
+    runtime: AutoscalerRuntime
+    client: KubeClient
+    namespace: str
+    name: str
+    profile_of: Callable[[str], GPUProfile] | None = None
+    states: dict[str, ServiceState] = field(default_factory=dict)
+    workload: PhaseWorkload | None = None
+    # What an earlier process remembered of each pool, restored at the first evaluation.
+    memory: Mapping[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    async def evaluate(self, body: Mapping[str, Any], pods: tuple[PodEndpoint, ...]) -> float:
+        """One evaluation of both pools as `body` and `pods` show them; the seconds to wait."""
+        try:
+            service = LLMService.model_validate(dict(body))
+            policies, labels = self._policies(service)
+            interval_s = evaluation_interval_s(service.spec)
+        except (ValidationError, TokenPilotError) as error:
+            # The user must fix the spec (or the profiles); keep each pool's replicas, say so.
+            split = (body.get("spec") or {}).get("disaggregation") or {}
+            for role in ROLES:
+                replicas = int((split.get(role) or {}).get("replicas", 0))
+                state = self.states.get(role) or ServiceState(AutoscalePolicy())
+                now = self.runtime.now()
+                self.states[role], actions = unusable_spec(state, replicas, str(error), now)
+                await self._carry_out(role, None, actions, previous=state)
+            return FALLBACK_INTERVAL_S
+        split = service.spec.disaggregation
+        assert split is not None
+        for role, policy, label in zip(ROLES, policies, labels, strict=True):
+            pool = split.prefill if role == "prefill" else split.decode
+            mine = tuple(pod for pod in pods if pod.pool == label)
+            state = self._state(role, policy, interval_s)
+            target = ServiceTarget(
+                self.namespace,
+                self.name,
+                pool.replicas,
+                len(mine),
+                mine,
+                read_ttft=policy.ttft_p99_slo_s is not None,
+            )
+            samples = await self.runtime.sources.for_spec(service.spec.autoscaling.metrics).read(
+                target, self.runtime.clock.monotonic_s()
+            )
+            current = Current(
+                pool.replicas,
+                len(mine),
+                service.metadata.generation,
+                phase_conditions(role, service.status.conditions),
+                {pod.name: pod.startup_s for pod in mine if pod.startup_s is not None},
+            )
+            self.states[role], decision, actions = step(state, samples, current, self.runtime.now())
+            await self._carry_out(role, service, actions, previous=state)
+            log.debug("%s/%s %s: %s", *self.key, role, decision.reason)
+        return interval_s
+
+    def _policies(
+        self, service: LLMService
+    ) -> tuple[tuple[AutoscalePolicy, AutoscalePolicy], tuple[str, str]]:
+        if service.spec.disaggregation is None:
+            raise InvalidSpec("spec.disaggregation is gone; the service is scaled as one pool")
+        if self.profile_of is None:
+            raise InvalidSpec("no GPU profiles to size the pools with")
+        planned = self.workload or hinted_workload(service)[0]
+        decode = self.states.get("decode")
+        self.workload = planned.replanned(None if decode is None else decode.workload.learned())
+        scaling = phase_scaling(service, by_name=self.profile_of, workload=self.workload)
+        return scaling.policies, scaling.labels
+
+    def _state(self, role: str, policy: AutoscalePolicy, interval_s: float) -> ServiceState:
+        state = self.states.get(role)
+        if state is not None:
+            return replace(state, policy=policy, interval_s=interval_s)
+        fresh = ServiceState(policy, interval_s=interval_s)
+        remembered = (self.memory or {}).get(role)
+        if remembered is None:
+            return fresh
+        try:
+            return restore(fresh, remembered, self.runtime.now())
+        except InvalidMemory as error:
+            log.warning("%s/%s %s: memory unreadable (%s); afresh", *self.key, role, error)
+            return fresh
+
+    def memory_now(self) -> dict[str, Any] | None:
+        """What to keep of each pool for a later process."""
+        now = self.runtime.now()
+        kept = {role: snapshot(state, now) for role, state in self.states.items()}
+        for role, remembered in (self.memory or {}).items():
+            kept.setdefault(role, remembered)
+        return kept or None
+
+    async def _carry_out(
+        self,
+        role: str,
+        service: LLMService | None,
+        actions: Sequence[Action],
+        *,
+        previous: ServiceState,
+    ) -> None:
+        """One pool's actions in order; a failed call stops the rest (the next evaluation
+        retries), and a status that was not applied is not remembered as applied."""
+        try:
+            for action in actions:
+                if isinstance(action, ScaleTo):
+                    await asyncio.to_thread(
+                        write_phase_replicas,
+                        self.client,
+                        self.namespace,
+                        self.name,
+                        role,
+                        action.replicas,
+                    )
+                    log.info(
+                        "%s/%s %s: %d -> %d", *self.key, role, action.spec_replicas, action.replicas
+                    )
+                elif isinstance(action, PostEvent) and service is not None:
+                    event = ServiceEvent(
+                        action.event.reason,
+                        f"{role} pool: {action.event.message}",
+                        action.event.warning,
+                    )
+                    await asyncio.to_thread(
+                        post_event,
+                        self.client,
+                        namespace=self.namespace,
+                        name=self.name,
+                        uid=service.metadata.uid,
+                        event=event,
+                        now=self.runtime.clock.now_rfc3339(),
+                    )
+                elif isinstance(action, ApplyStatus):
+                    await asyncio.to_thread(
+                        apply_status,
+                        self.client,
+                        self.namespace,
+                        self.name,
+                        phase_owned(role, action.owned),
+                        field_manager=field_manager(role),
+                    )
+        except KubeError as error:
+            log.warning("%s/%s %s: cannot apply decision: %s", *self.key, role, error)
+            state = self.states.get(role)
+            if state is not None:
+                self.states[role] = replace(
+                    state, applied=previous.applied, applied_at_s=previous.applied_at_s
+                )
