@@ -10,6 +10,11 @@ On one trace it runs, on the same SLOs, engines' settings and balancer:
   operator's autoscaler on each pool (fleet.disagg_compare), the KV hand-off priced over
   `--kv-link-gbps`.
 
+The engines of every contender are priced alike: `tokenpilot simulate`'s `--engine-truth` and
+`--engine-slowdown` apply to the split's pools as to the aggregated fleets (the operator plans
+with the profiles either way), and `--true-kv-link-gbps` is the network the hand-off really
+crosses when it is slower (or faster) than the `--kv-link-gbps` the operator plans with.
+
 The table gives, per contender, the share of requests meeting both SLOs, the same share among
 the requests whose prompt the prefill GPU could prefill within the TTFT SLO at its datasheet
 floor (all of it in one step at peak FLOPS and bandwidth: those no deployment on it can serve
@@ -58,6 +63,11 @@ def main(argv: list[str]) -> int:
     )
     ours.add_argument("--aggregated-gpu", help="default: the prefill GPU")
     ours.add_argument("--kv-link-gbps", type=float, default=DEFAULT_KV_LINK.gbps)
+    ours.add_argument(
+        "--true-kv-link-gbps",
+        type=float,
+        help="the link the hand-off really runs over (default: --kv-link-gbps, as planned)",
+    )
     ours.add_argument("--prefill-tp", type=int, default=1, help="GPUs per prefill replica")
     ours.add_argument("--decode-tp", type=int, default=1, help="GPUs per decode replica")
     ours.add_argument("--pool-max", type=int, default=64, help="each pool's maxReplicas")
@@ -106,6 +116,11 @@ def main(argv: list[str]) -> int:
             link,
             tensor_parallel=(args.prefill_tp, args.decode_tp),
             enable_prefix_caching=sim_args.enable_prefix_caching,
+            truth=simulate_flags.engine_truth(sim_args),
+            engine_slowdown=sim_args.engine_slowdown,
+            true_link=None
+            if args.true_kv_link_gbps is None
+            else KvLink(args.true_kv_link_gbps, "--true-kv-link-gbps"),
         )
         runs.append(run)
         _progress(started, f"split, {decode.name} decode", run.pooled.result)
@@ -144,7 +159,15 @@ def main(argv: list[str]) -> int:
             f"{p_pool.engine.max_num_batched_tokens}/{p_pool.engine.max_num_seqs}, decode "
             f"{d_pool.sku} {d_pool.engine.max_num_batched_tokens}/{d_pool.engine.max_num_seqs}; "
             f"opened on {p_pool.initial_replicas} + {d_pool.initial_replicas}; KV link "
-            f"{link.gbps:g} Gb/s ({link.source}); re-planned at "
+            f"{link.gbps:g} Gb/s ({link.source})"
+            + (
+                ""
+                if args.true_kv_link_gbps is None
+                else f", the hand-off over {args.true_kv_link_gbps:g} Gb/s"
+            )
+            + f"; engines: {sim_args.engine_truth or 'as profiled'}"
+            + ("" if sim_args.engine_slowdown == 1.0 else f" x{sim_args.engine_slowdown:g}")
+            + "; re-planned at "
             + (", ".join(f"{s:.0f} s" for s, _ in run.operator.replans) or "never")
             + f"\n  plan for the trace's mix (mean prompt {workload.mean_prompt_tokens:,.0f}, P99 "
             f"{workload.prompt_p99_tokens:,}, mean output {workload.mean_output_tokens:,.0f}): "

@@ -10,7 +10,7 @@ import pytest
 from _llms import by_name, service
 from _steps import LinearStep
 
-from tokenpilot.core.disaggregation import DEFAULT_KV_LINK
+from tokenpilot.core.disaggregation import DEFAULT_KV_LINK, KvLink, kv_transfer_s
 from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.roofline import PrefillChunk
 from tokenpilot_lab.fleet import Balancer, FleetConfig
@@ -20,7 +20,7 @@ from tokenpilot_lab.fleet.phases_operator import PhasesOperator
 from tokenpilot_lab.fleet.policies import StaticPolicy
 from tokenpilot_lab.fleet.pool_simulator import FleetPool
 from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView
-from tokenpilot_lab.sim import EngineConfig
+from tokenpilot_lab.sim import BUILTIN_TRUTHS, EngineConfig
 from tokenpilot_lab.workload import Trace, TraceRequest, poisson
 
 TIMER = LinearStep()
@@ -118,7 +118,7 @@ def spec() -> Any:
     ).spec
 
 
-def operator_run(trace: Trace) -> Any:
+def operator_run(trace: Trace, **engines: Any) -> Any:
     h100 = by_name("H100-80GB")
     return run_disaggregated(
         trace,
@@ -128,6 +128,7 @@ def operator_run(trace: Trace) -> Any:
         (1.0, 1.0),
         ((1, 32), (1, 32)),
         DEFAULT_KV_LINK,
+        **engines,
     )
 
 
@@ -159,6 +160,27 @@ def test_the_operator_replans_once_the_decode_pool_has_learned_the_mix() -> None
     # Learned from the engines' histograms: near the generator's mix (log-normal, sigma 0.8:
     # mean = median x e^0.32), not the defaults it opened on.
     assert 12_000 < workload.mean_prompt_tokens < 25_000
+
+
+def test_engines_and_a_link_unlike_the_plan_slow_the_requests_not_the_plan() -> None:
+    # Requests far apart: each TTFT is its own prefill, hand-off and first step. Engines that
+    # run as a hidden truth prices them, or a link a tenth as fast as the one planned, serve
+    # every request later; the operator plans exactly as before (it knows neither).
+    trace = Trace("apart", tuple(TraceRequest(5.0 + 20 * i, 16_000, 4) for i in range(10)), 240.0)
+    planned = operator_run(trace)
+    slow_link = operator_run(trace, true_link=KvLink(DEFAULT_KV_LINK.gbps / 10, "a test"))
+    truth = operator_run(trace, truth=BUILTIN_TRUTHS["launch-overhead"])
+    for run in (slow_link, truth):
+        assert run.operator.plan == planned.operator.plan
+        times = zip(planned.pooled.result.ttft_s, run.pooled.result.ttft_s, strict=True)
+        assert all(after > before for before, after in times)
+    # The hand-off alone: a tenth of the bandwidth, ten times the transfer.
+    shape = plan_inputs(spec(), by_name("H100-80GB")).shape
+    extra_s = 9 * kv_transfer_s(shape, 16_000, DEFAULT_KV_LINK)
+    for before, after in zip(
+        planned.pooled.result.ttft_s, slow_link.pooled.result.ttft_s, strict=True
+    ):
+        assert after - before == pytest.approx(extra_s, rel=0.05)
 
 
 def test_the_disaggregated_operator_reads_nothing_of_the_trace() -> None:

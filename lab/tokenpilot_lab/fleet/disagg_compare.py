@@ -6,6 +6,10 @@ creation (the tuner's defaults: the spec has no hints), the prefill pool with th
 as the flags say, the decode pool without (its prompts arrive computed), each billed at its
 price. The hand-off is priced by `core.disaggregation.kv_transfer_s` over the link given.
 
+The engines may differ from what the operator plans with, as the aggregated contenders' do:
+an engine truth (`sim.truth`) prices both pools' steps, and `true_link` is the network the
+hand-off really crosses; the operator still plans with the profiles and `link`.
+
 Like every contender of the aggregated simulator, the fleet opens on what the trace's first
 `OPENING_WINDOW_S` need: here each pool's capacity model sized for that window's mean load,
 with the forecast's tail prompt (`core.autoscale.demand.TAIL_PROMPT_FACTOR` times the mean).
@@ -29,12 +33,12 @@ from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
 from tokenpilot.core.disaggregation import KvLink, kv_transfer_s, phase_models
 from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.render import pool_label_value
-from tokenpilot.core.steptime import step_time_model
+from tokenpilot.core.steptime import StepTimeModel, step_time_model
 from tokenpilot_lab.fleet.config import Balancer, FleetConfig
 from tokenpilot_lab.fleet.disagg_simulator import simulate_disaggregated
 from tokenpilot_lab.fleet.phases_operator import PhasesOperator
 from tokenpilot_lab.fleet.pool_simulator import FleetPool, PooledResult
-from tokenpilot_lab.sim import EngineConfig
+from tokenpilot_lab.sim import EngineConfig, EngineTruth, ScaledPricer, StepTimer
 from tokenpilot_lab.workload import Trace
 
 OPENING_WINDOW_S = 300.0
@@ -60,9 +64,13 @@ def run_disaggregated(
     *,
     tensor_parallel: tuple[int, int] = (1, 1),
     enable_prefix_caching: bool = True,
+    truth: EngineTruth | None = None,
+    engine_slowdown: float = 1.0,
+    true_link: KvLink | None = None,
 ) -> DisaggregatedRun:
     """`trace` through a prefill pool on `profiles[0]` and a decode pool on `profiles[1]`, each
-    replica of `tensor_parallel` GPUs."""
+    replica of `tensor_parallel` GPUs, its engines priced by `truth` (and `engine_slowdown`
+    times that) where given, the hand-off over `true_link` (default `link`)."""
     inputs = (
         plan_inputs(with_tensor_parallel(spec, tensor_parallel[0]), profiles[0]),
         plan_inputs(with_tensor_parallel(spec, tensor_parallel[1]), profiles[1]),
@@ -82,7 +90,7 @@ def run_disaggregated(
                 max_num_seqs=phase.max_num_seqs,
                 enable_prefix_caching=enable_prefix_caching and role == "prefill",
             ),
-            timer=step_time_model(profile, shape, tp),
+            timer=_engine_timer(step_time_model(profile, shape, tp), truth, engine_slowdown),
             usd_per_gpu_hour=price,
             gpus_per_replica=tp,
             min_replicas=low,
@@ -107,9 +115,16 @@ def run_disaggregated(
         replace(fleet, balancer=Balancer.least_request),
         pools[0],
         pools[1],
-        lambda prompt_tokens: kv_transfer_s(shape, prompt_tokens, link),
+        lambda prompt_tokens: kv_transfer_s(shape, prompt_tokens, true_link or link),
     )
     return DisaggregatedRun(pooled, operator, (pools[0], pools[1]))
+
+
+def _engine_timer(model: StepTimeModel, truth: EngineTruth | None, slowdown: float) -> StepTimer:
+    """What the engines' steps cost: the profile's model, under the truth, times the slowdown
+    (as `tokenpilot simulate` prices its engines)."""
+    timer = model if truth is None else truth.pricer(model)
+    return timer if slowdown == 1.0 else ScaledPricer(timer, slowdown)
 
 
 def with_tensor_parallel(spec: LLMServiceSpec, tensor_parallel_size: int) -> LLMServiceSpec:
