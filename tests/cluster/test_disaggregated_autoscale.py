@@ -11,7 +11,8 @@ handful of decodes fill a replica; the prefill engines compute about 5,000 promp
 - Short prompts with long answers, at about 1.8 times what one decode replica carries and
   a third of one prefill replica: the decode pool grows to two.
 
-No request fails, and status.phases says each pool's decision in words. The rates come from the
+No request fails, and status.phases says each pool's decision in words; joined again into one
+pool, the service's status drops the pools' decisions and conditions. The rates come from the
 plan (`phase_scaling`), not from a hand-tuned guess: a pool the model says one replica carries
 stays at one.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _operator_harness import create, get_llms, operator_thread, sample
+from _operator_harness import create, get_llms, operator_thread, patch_spec, sample
 from test_routing_inference_pool import install_crds
 
 from tokenpilot.adapters.kube import KubeClient
@@ -226,6 +227,9 @@ def test_each_pool_scales_on_its_own_signal(
     print(f"prefill at {1.6 * prefill_rps:.2f}/s: {phases['prefill']['autoscaling']['reason']}")
     assert phases["prefill"]["autoscaling"]["desiredReplicas"] == 2
     assert phases["decode"]["autoscaling"]["desiredReplicas"] == 1
+    # Whether the split pays for the mix it is sized for, priced as `plan --disaggregate` does.
+    print(f"split pays: {phases.get('splitPays')}: {phases.get('verdict')}")
+    assert isinstance(phases.get("splitPays"), bool), phases
 
     # Long answers: the decode pool's signal; the prefill pool keeps what it has (its
     # scale-down window is ten minutes).
@@ -244,3 +248,17 @@ def test_each_pool_scales_on_its_own_signal(
     print(f"decode at {1.8 * decode_rps:.2f}/s: {status['phases']['decode']['autoscaling']}")
     kinds = {c["type"] for c in status["conditions"]}
     assert {"PrefillMetricsAvailable", "DecodeMetricsAvailable"} <= kinds
+
+    # Joined again into one pool: the pools' decisions leave status with the loop that made
+    # them, and the service's own autoscaler speaks instead.
+    patch_spec(client, namespace, NAME, {"disaggregation": None})
+
+    def joined() -> dict[str, Any] | None:
+        found = get_llms(client, namespace, NAME).get("status", {})
+        kinds = {c["type"] for c in found.get("conditions", [])}
+        pooled = {k for k in kinds if k.startswith(("Prefill", "Decode"))}
+        return (
+            found if found.get("autoscaling") and not found.get("phases") and not pooled else None
+        )
+
+    eventually(joined, timeout_s=60, what="the pools' status given up")

@@ -13,7 +13,7 @@ from tokenpilot.api.workload import TokenFigures
 from tokenpilot.core.autoscale.report import phase_conditions, phase_owned
 from tokenpilot.core.autoscale.workload import MIN_REQUESTS, LearnedWorkload
 from tokenpilot.core.disaggregation import REPLAN_CHANGE, PhaseWorkload
-from tokenpilot.core.disaggregation_plan import hinted_workload, phase_scaling
+from tokenpilot.core.disaggregation_plan import hinted_workload, phase_scaling, phase_verdict
 from tokenpilot.core.errors import InvalidSpec
 
 AUTOSCALED = {"enabled": True, "minReplicas": 1, "maxReplicas": 6}
@@ -101,3 +101,16 @@ def test_each_pool_owns_its_own_status_and_conditions() -> None:
     ]
     (mine,) = phase_conditions("decode", service_conditions)
     assert (mine.type, mine.status) == ("MetricsAvailable", ConditionStatus.false)
+
+
+def test_the_status_says_whether_the_split_pays_for_the_mix() -> None:
+    # As `plan --disaggregate` says it: long prompts need the split, code-like ones do not.
+    svc = split(autoscaling=AUTOSCALED)
+    long_prompts = phase_verdict(
+        svc, by_name=by_name, workload=PhaseWorkload(12_000.0, 48_000, 200.0)
+    )
+    assert long_prompts.pays and long_prompts.words.startswith("split: one pool cannot meet")
+    code = phase_verdict(svc, by_name=by_name, workload=PhaseWorkload(2_048.0, 7_400, 28.0))
+    assert not code.pays and code.words.startswith("one pool:")
+    said = phase_owned("decode", {}, {"splitPays": code.pays, "verdict": code.words})
+    assert said["phases"]["splitPays"] is False

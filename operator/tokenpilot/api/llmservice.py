@@ -1081,6 +1081,12 @@ class PhasesScalingStatus(ApiModel):
 
     prefill: PhaseScalingStatus | None = Field(None, description="The prefill pool.")
     decode: PhaseScalingStatus | None = Field(None, description="The decode pool.")
+    split_pays: bool | None = Field(
+        None,
+        description="Whether the split pays for the mix the pools are sized for, against one "
+        "pool on the prefill pool's GPU (as `tokenpilot plan --disaggregate` says).",
+    )
+    verdict: str | None = Field(None, description="Why, in words, with each way's price.")
 
 
 class LLMServiceStatus(ApiModel):

@@ -44,10 +44,12 @@ from tokenpilot.core.disaggregation import (
     DisaggregationPlan,
     KvLink,
     PhaseWorkload,
+    Verdict,
     kv_transfer_config,
     phase_models,
     phase_policies,
     plan_phases,
+    verdict,
 )
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
@@ -252,6 +254,27 @@ def phase_scaling(
         phase_pool_label("decode", split.decode.sku),
     )
     return PhaseScaling(labels, policies, plan)
+
+
+def phase_verdict(
+    service: LLMService, *, by_name: Callable[[str], GPUProfile], workload: PhaseWorkload
+) -> Verdict:
+    """Whether the split pays for `workload`: its pools, each on its GPU at the batching its
+    engines run, against one pool of the prefill pool's GPU at the engine's tensor parallelism,
+    at the profiles' prices per GPU-hour (`core.disaggregation.verdict`)."""
+    split = service.spec.disaggregation
+    assert split is not None
+    inputs = []
+    for role, pool in zip(ROLES, (split.prefill, split.decode), strict=True):
+        profile = pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
+        inputs.append(phase_inputs(service, role, pool, profile))
+    aggregated = plan_inputs(service.spec, inputs[0].profile)
+    prices = (
+        aggregated.profile.hourly_cost_usd,
+        inputs[0].profile.hourly_cost_usd,
+        inputs[1].profile.hourly_cost_usd,
+    )
+    return verdict(aggregated, inputs[0], inputs[1], workload, prices, _link(service))
 
 
 def _decision(

@@ -213,6 +213,8 @@ class Evaluator:
         # phases starts the other kind afresh.
         kind = PhasesLoop if body.get("spec", {}).get("disaggregation") else ServiceLoop
         if not isinstance(loop, kind):
+            if loop is not None:
+                await loop.release()  # its status speaks of a loop that no longer runs
             loop = kind(
                 self.runtime,
                 self._client_of(key),

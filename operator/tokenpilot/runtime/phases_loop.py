@@ -49,7 +49,12 @@ from tokenpilot.core.autoscale.observation import Current
 from tokenpilot.core.autoscale.report import phase_conditions, phase_owned
 from tokenpilot.core.autoscale.spec import evaluation_interval_s
 from tokenpilot.core.disaggregation import PhaseWorkload
-from tokenpilot.core.disaggregation_plan import ROLES, hinted_workload, phase_scaling
+from tokenpilot.core.disaggregation_plan import (
+    ROLES,
+    hinted_workload,
+    phase_scaling,
+    phase_verdict,
+)
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime
@@ -139,6 +144,19 @@ class PhasesLoop:
         scaling = phase_scaling(service, by_name=self.profile_of, workload=self.workload)
         return scaling.policies, scaling.labels
 
+    def _split_said(self, role: str, service: LLMService | None) -> dict[str, Any] | None:
+        """Whether the split pays for the mix the pools are sized for, as the decode pool's
+        writer (which holds that mix) says it; None for the prefill pool's."""
+        if role != "decode" or service is None or self.workload is None:
+            return None
+        if self.profile_of is None:
+            return None
+        try:
+            told = phase_verdict(service, by_name=self.profile_of, workload=self.workload)
+        except TokenPilotError as error:
+            return {"verdict": f"not priced: {error}"}
+        return {"splitPays": told.pays, "verdict": told.words}
+
     def _state(self, role: str, policy: AutoscalePolicy, interval_s: float) -> ServiceState:
         state = self.states.get(role)
         if state is not None:
@@ -152,6 +170,22 @@ class PhasesLoop:
         except InvalidMemory as error:
             log.warning("%s/%s %s: memory unreadable (%s); afresh", *self.key, role, error)
             return fresh
+
+    async def release(self) -> None:
+        """The service is no longer split: give up each pool's status (an empty apply under
+        its field manager removes what it owned), so nobody reads a decision no one makes."""
+        for role in ROLES:
+            try:
+                await asyncio.to_thread(
+                    apply_status,
+                    self.client,
+                    self.namespace,
+                    self.name,
+                    {},
+                    field_manager=field_manager(role),
+                )
+            except KubeError as error:
+                log.warning("%s/%s %s: cannot release its status: %s", *self.key, role, error)
 
     def memory_now(self) -> dict[str, Any] | None:
         """What to keep of each pool for a later process."""
@@ -206,7 +240,7 @@ class PhasesLoop:
                         self.client,
                         self.namespace,
                         self.name,
-                        phase_owned(role, action.owned),
+                        phase_owned(role, action.owned, self._split_said(role, service)),
                         field_manager=field_manager(role),
                     )
         except KubeError as error:

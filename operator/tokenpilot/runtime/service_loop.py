@@ -187,6 +187,16 @@ class ServiceLoop:
         )
         return restored
 
+    async def release(self) -> None:
+        """The service is now split into pools: give up the status this loop owned (an empty
+        apply removes it), so nobody reads a decision no one makes."""
+        try:
+            await asyncio.to_thread(
+                apply_status, self.client, self.namespace, self.name, {}, field_manager=AUTOSCALER
+            )
+        except KubeError as error:
+            log.warning("%s/%s: cannot release its status: %s", *self.key, error)
+
     def memory_now(self) -> dict[str, Any] | None:
         """What to keep of this service for a later process: its memory now, or the one it
         was handed and has not yet restored."""

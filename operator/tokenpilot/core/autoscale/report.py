@@ -307,13 +307,15 @@ def _applied_conditions(applied: Mapping[str, Any] | None) -> list[Condition]:
 _PHASE_FIELDS = ("autoscaling", "workload", "engineCosts")
 
 
-def phase_owned(role: str, owned: Mapping[str, Any]) -> dict[str, Any]:
+def phase_owned(
+    role: str, owned: Mapping[str, Any], split: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What one pool's autoscaler owns in a disaggregated service's status, from what `report`
     gives: its decision, workload and costs under status.phases.<role>, and its conditions
     named for the pool (MetricsAvailable -> PrefillMetricsAvailable), so the two pools' writers
-    own disjoint fields."""
+    own disjoint fields. `split` (status.phases' splitPays and verdict) is the decode pool's."""
     pool = {key: owned[key] for key in _PHASE_FIELDS if key in owned}
-    out: dict[str, Any] = {"phases": {role: pool}}
+    out: dict[str, Any] = {"phases": {role: pool, **(split or {})}}
     if "conditions" in owned:
         prefix = role.capitalize()
         out["conditions"] = [{**c, "type": prefix + c["type"]} for c in owned["conditions"]]
