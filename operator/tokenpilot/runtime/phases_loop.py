@@ -96,7 +96,7 @@ class PhasesLoop:
             # The user must fix the spec (or the profiles); keep each pool's replicas, say so.
             split = (body.get("spec") or {}).get("disaggregation") or {}
             for role in ROLES:
-                replicas = int((split.get(role) or {}).get("replicas", 0))
+                replicas = int((split.get(role) or {}).get("replicas", 1))  # the API default
                 state = self.states.get(role) or ServiceState(AutoscalePolicy())
                 now = self.runtime.now()
                 self.states[role], actions = unusable_spec(state, replicas, str(error), now)
