@@ -5,7 +5,7 @@
     each pool's policy at the batching its engines run, for the   [core, pure:
     mix the pools are sized for                                    core.disaggregation_plan]
     step(state, samples, current, now) per pool                   [core.autoscale.loop]
-    carries out each pool's actions: its replicas (a merge patch  [kube adapters]
+    carries out each pool's actions: its replicas (a merge patch  [runtime.writer]
     of that field), the Events, its status (status.phases.<role>
     and its conditions, under a field manager of its own)
 
@@ -19,7 +19,6 @@ directly (the API refuses another metrics source for a split service).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,26 +26,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tokenpilot.adapters.kube import KubeClient, KubeError
-from tokenpilot.adapters.kube.events import post_event
-from tokenpilot.adapters.kube.scale import write_phase_replicas
-from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
+from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.metrics import PodEndpoint, ServiceTarget
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.autoscale import AutoscalePolicy
 from tokenpilot.core.autoscale.loop import (
     Action,
-    ApplyStatus,
-    PostEvent,
-    ScaleTo,
     ServiceState,
     step,
     unusable_spec,
 )
 from tokenpilot.core.autoscale.memory import InvalidMemory, restore, snapshot
 from tokenpilot.core.autoscale.observation import Current
-from tokenpilot.core.autoscale.report import phase_conditions, phase_owned
+from tokenpilot.core.autoscale.report import phase_conditions
 from tokenpilot.core.autoscale.spec import evaluation_interval_s
 from tokenpilot.core.disaggregation import PhaseWorkload
 from tokenpilot.core.disaggregation_plan import (
@@ -56,15 +49,10 @@ from tokenpilot.core.disaggregation_plan import (
     phase_verdict,
 )
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
-from tokenpilot.core.service_event import ServiceEvent
 from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime
+from tokenpilot.runtime.writer import Writer
 
 log = logging.getLogger("tokenpilot.autoscaler")
-
-
-def field_manager(role: str) -> str:
-    """Each pool's status writer: the two apply disjoint fields and never take each other's."""
-    return f"{AUTOSCALER}-{role}"
 
 
 @dataclass
@@ -81,6 +69,13 @@ class PhasesLoop:
     workload: PhaseWorkload | None = None
     # What an earlier process remembered of each pool, restored at the first evaluation.
     memory: Mapping[str, Any] | None = None
+    _writers: dict[str, Writer] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._writers = {
+            role: Writer(self.client, self.namespace, self.name, self.runtime.clock, role)
+            for role in ROLES
+        }
 
     @property
     def key(self) -> tuple[str, str]:
@@ -172,20 +167,9 @@ class PhasesLoop:
             return fresh
 
     async def release(self) -> None:
-        """The service is no longer split: give up each pool's status (an empty apply under
-        its field manager removes what it owned), so nobody reads a decision no one makes."""
-        for role in ROLES:
-            try:
-                await asyncio.to_thread(
-                    apply_status,
-                    self.client,
-                    self.namespace,
-                    self.name,
-                    {},
-                    field_manager=field_manager(role),
-                )
-            except KubeError as error:
-                log.warning("%s/%s %s: cannot release its status: %s", *self.key, role, error)
+        """The service is no longer split: give up each pool's status."""
+        for writer in self._writers.values():
+            await writer.release()
 
     def memory_now(self) -> dict[str, Any] | None:
         """What to keep of each pool for a later process."""
@@ -203,50 +187,14 @@ class PhasesLoop:
         *,
         previous: ServiceState,
     ) -> None:
-        """One pool's actions in order; a failed call stops the rest (the next evaluation
-        retries), and a status that was not applied is not remembered as applied."""
-        try:
-            for action in actions:
-                if isinstance(action, ScaleTo):
-                    await asyncio.to_thread(
-                        write_phase_replicas,
-                        self.client,
-                        self.namespace,
-                        self.name,
-                        role,
-                        action.replicas,
-                    )
-                    log.info(
-                        "%s/%s %s: %d -> %d", *self.key, role, action.spec_replicas, action.replicas
-                    )
-                elif isinstance(action, PostEvent) and service is not None:
-                    event = ServiceEvent(
-                        action.event.reason,
-                        f"{role} pool: {action.event.message}",
-                        action.event.warning,
-                    )
-                    await asyncio.to_thread(
-                        post_event,
-                        self.client,
-                        namespace=self.namespace,
-                        name=self.name,
-                        uid=service.metadata.uid,
-                        event=event,
-                        now=self.runtime.clock.now_rfc3339(),
-                    )
-                elif isinstance(action, ApplyStatus):
-                    await asyncio.to_thread(
-                        apply_status,
-                        self.client,
-                        self.namespace,
-                        self.name,
-                        phase_owned(role, action.owned, self._split_said(role, service)),
-                        field_manager=field_manager(role),
-                    )
-        except KubeError as error:
-            log.warning("%s/%s %s: cannot apply decision: %s", *self.key, role, error)
-            state = self.states.get(role)
-            if state is not None:
-                self.states[role] = replace(
-                    state, applied=previous.applied, applied_at_s=previous.applied_at_s
-                )
+        """One pool's actions in order (runtime.writer); a status that was not applied is not
+        remembered as applied."""
+        uid = None if service is None else service.metadata.uid
+        done = await self._writers[role].carry_out(
+            actions, uid, split=lambda: self._split_said(role, service)
+        )
+        state = self.states.get(role)
+        if not done and state is not None:
+            self.states[role] = replace(
+                state, applied=previous.applied, applied_at_s=previous.applied_at_s
+            )

@@ -5,7 +5,7 @@
     reads the pods' metrics through the service's source          [metrics adapter]
     step(state, samples, current, now) -> state, decision,        [core, pure:
         actions                                                    core.autoscale.loop]
-    carries out the actions: spec.replicas through the scale      [kube adapter]
+    carries out the actions: spec.replicas through the scale      [runtime.writer]
     subresource, the Events, the status the autoscaler owns
     exports the decision, the bounds, the SLO targets and the replica's hourly cost
 
@@ -15,7 +15,6 @@ status that was not applied is not remembered as applied.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,10 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tokenpilot.adapters.clock import SYSTEM_CLOCK, Clock
-from tokenpilot.adapters.kube import KubeClient, KubeError
-from tokenpilot.adapters.kube.events import post_event
-from tokenpilot.adapters.kube.scale import write_scale
-from tokenpilot.adapters.kube.status import AUTOSCALER, apply_status
+from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.metrics import MetricsSources, PodEndpoint, ServiceTarget
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
 from tokenpilot.api.gpu_profile import GPUProfile
@@ -36,9 +32,6 @@ from tokenpilot.core.autoscale import AutoscalePolicy, Decision
 from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.loop import (
     Action,
-    ApplyStatus,
-    PostEvent,
-    ScaleTo,
     ServiceState,
     step,
     unusable_spec,
@@ -56,6 +49,7 @@ from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.pool_plan import equal_share
 from tokenpilot.core.pools import ready_in_first_pool_units
 from tokenpilot.core.render import pool_label_value
+from tokenpilot.runtime.writer import Writer
 
 log = logging.getLogger("tokenpilot.autoscaler")
 
@@ -108,6 +102,10 @@ class ServiceLoop:
     )
     # The last body read, by its resourceVersion: an unchanged object is not validated again.
     _read: tuple[str, LLMService] | None = field(default=None, init=False, repr=False)
+    writer: Writer = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.writer = Writer(self.client, self.namespace, self.name, self.runtime.clock)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -188,14 +186,8 @@ class ServiceLoop:
         return restored
 
     async def release(self) -> None:
-        """The service is now split into pools: give up the status this loop owned (an empty
-        apply removes it), so nobody reads a decision no one makes."""
-        try:
-            await asyncio.to_thread(
-                apply_status, self.client, self.namespace, self.name, {}, field_manager=AUTOSCALER
-            )
-        except KubeError as error:
-            log.warning("%s/%s: cannot release its status: %s", *self.key, error)
+        """The service is now split into pools: give up the status this loop wrote."""
+        await self.writer.release()
 
     def memory_now(self) -> dict[str, Any] | None:
         """What to keep of this service for a later process: its memory now, or the one it
@@ -241,40 +233,13 @@ class ServiceLoop:
     async def _carry_out(
         self, service: LLMService | None, actions: Sequence[Action], *, previous: ServiceState
     ) -> None:
-        """The actions in order; a failed call stops the rest (the next evaluation retries),
-        and a status that was not applied is not remembered as applied."""
-        try:
-            for action in actions:
-                if isinstance(action, ScaleTo):
-                    await asyncio.to_thread(
-                        write_scale, self.client, self.namespace, self.name, action.replicas
-                    )
-                    log.info("%s/%s: %d -> %d", *self.key, action.spec_replicas, action.replicas)
-                elif isinstance(action, PostEvent) and service is not None:
-                    await asyncio.to_thread(
-                        post_event,
-                        self.client,
-                        namespace=self.namespace,
-                        name=self.name,
-                        uid=service.metadata.uid,
-                        event=action.event,
-                        now=self.runtime.clock.now_rfc3339(),
-                    )
-                elif isinstance(action, ApplyStatus):
-                    await asyncio.to_thread(
-                        apply_status,
-                        self.client,
-                        self.namespace,
-                        self.name,
-                        action.owned,
-                        field_manager=AUTOSCALER,
-                    )
-        except KubeError as error:
-            log.warning("%s/%s: cannot apply decision: %s", *self.key, error)
-            if self.state is not None:
-                self.state = replace(
-                    self.state, applied=previous.applied, applied_at_s=previous.applied_at_s
-                )
+        """The actions in order (runtime.writer); a status that was not applied is not
+        remembered as applied."""
+        uid = None if service is None else service.metadata.uid
+        if not await self.writer.carry_out(actions, uid) and self.state is not None:
+            self.state = replace(
+                self.state, applied=previous.applied, applied_at_s=previous.applied_at_s
+            )
 
     def _export(
         self,
