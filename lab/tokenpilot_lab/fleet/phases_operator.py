@@ -34,9 +34,8 @@ from tokenpilot.core.disaggregation import (
     DisaggregationPlan,
     KvLink,
     PhaseWorkload,
-    phase_models,
-    phase_policies,
-    plan_phases,
+    at_batching,
+    size_pools,
 )
 from tokenpilot.core.plan_inputs import PlanInputs
 from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView, PoolView
@@ -50,7 +49,7 @@ class PhasesOperator:
     """See the module docstring. Build with `PhasesOperator.created`."""
 
     spec: LLMServiceSpec
-    inputs: tuple[PlanInputs, PlanInputs]
+    inputs: tuple[PlanInputs, PlanInputs]  # each pool's, at the batching its engines run
     bounds: tuple[tuple[int, int], tuple[int, int]]
     link: KvLink
     plan: DisaggregationPlan
@@ -73,12 +72,16 @@ class PhasesOperator:
         link: KvLink = DEFAULT_KV_LINK,
     ) -> PhasesOperator:
         workload = PhaseWorkload.planned(None)
-        plan = plan_phases(*inputs, workload, link)
-        policies = phase_policies(spec, phase_models(*inputs, plan), bounds)
+        plan, policies = size_pools(spec, inputs, workload, link, bounds)
         interval_s = evaluation_interval_s(spec)
+        # The engines keep the batching they are created with: every re-plan is made at it.
+        running = tuple(
+            at_batching(pool_inputs, phase.token_budget, phase.max_num_seqs)
+            for pool_inputs, phase in zip(inputs, (plan.prefill, plan.decode), strict=True)
+        )
         return PhasesOperator(
             spec,
-            inputs,
+            (running[0], running[1]),
             bounds,
             link,
             plan,
@@ -103,21 +106,10 @@ class PhasesOperator:
         workload = self.workload.replanned(self.states[1].workload.learned())
         if workload is self.workload:
             return
-        # The engines keep their budgets: the plan is remade at them.
-        plan = plan_phases(*self._at_running_budgets(), workload, self.link)
-        policies = phase_policies(self.spec, phase_models(*self.inputs, plan), self.bounds)
+        plan, policies = size_pools(self.spec, self.inputs, workload, self.link, self.bounds)
         self.plan, self.workload = plan, workload
         self.states = [replace(s, policy=p) for s, p in zip(self.states, policies, strict=True)]
         self.replans.append((now_s, workload))
-
-    def _at_running_budgets(self) -> tuple[PlanInputs, PlanInputs]:
-        out = []
-        for inputs, phase in zip(self.inputs, (self.plan.prefill, self.plan.decode), strict=True):
-            hints = replace(
-                inputs.hints, token_budget=phase.token_budget, max_num_seqs=phase.max_num_seqs
-            )
-            out.append(replace(inputs, hints=hints))
-        return out[0], out[1]
 
 
 def _readings(pool: PoolView) -> tuple[PodScrapes, Current]:

@@ -573,6 +573,11 @@ class DisaggregationSpec(ApiModel):
         "KV transfer is priced at; defaults to 400 (one NDR InfiniBand NIC per GPU).",
     )
 
+    @property
+    def pools(self) -> tuple[PhasePool, PhasePool]:
+        """The prefill pool, then the decode pool."""
+        return self.prefill, self.decode
+
 
 # --- spec.batching ----------------------------------------------------------------------------
 

@@ -322,6 +322,26 @@ def phase_policies(
     return prefill, decode
 
 
+def at_batching(inputs: PlanInputs, token_budget: int, max_num_seqs: int) -> PlanInputs:
+    """`inputs` with the batching its engines run, which a plan keeps."""
+    hints = replace(inputs.hints, token_budget=token_budget, max_num_seqs=max_num_seqs)
+    return replace(inputs, hints=hints)
+
+
+def size_pools(
+    spec: LLMServiceSpec,
+    inputs: tuple[PlanInputs, PlanInputs],
+    workload: PhaseWorkload,
+    link: KvLink,
+    bounds: tuple[tuple[int, int], tuple[int, int]],
+) -> tuple[DisaggregationPlan, tuple[AutoscalePolicy, AutoscalePolicy]]:
+    """Both pools' plan for `workload` and the autoscaler's policy of each (`inputs` carry
+    the batching the engines run, `at_batching`): what the operator and the simulator's
+    contender size the pools with."""
+    plan = plan_phases(inputs[0], inputs[1], workload, link)
+    return plan, phase_policies(spec, phase_models(inputs[0], inputs[1], plan), bounds)
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """Whether splitting the phases pays for a workload, with each way's price of a request

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tokenpilot.api.gpu_profile import GPUProfile
 from tokenpilot.api.llmservice import (
@@ -45,10 +45,10 @@ from tokenpilot.core.disaggregation import (
     KvLink,
     PhaseWorkload,
     Verdict,
+    at_batching,
     kv_transfer_config,
-    phase_models,
-    phase_policies,
     plan_phases,
+    size_pools,
     verdict,
 )
 from tokenpilot.core.errors import Infeasible, InvalidSpec
@@ -104,6 +104,25 @@ def phase_inputs(
         ) from None
 
 
+def split_inputs(
+    service: LLMService, by_name: Callable[[str], GPUProfile]
+) -> tuple[PlanInputs, PlanInputs]:
+    """Each pool's plan inputs on its GPU profile, prefill first; UnknownGPU and Infeasible
+    name the pool."""
+    split = service.spec.disaggregation
+    assert split is not None
+    prefill, decode = (
+        phase_inputs(
+            service,
+            role,
+            pool,
+            pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku),
+        )
+        for role, pool in zip(ROLES, split.pools, strict=True)
+    )
+    return prefill, decode
+
+
 def hinted_workload(service: LLMService) -> tuple[PhaseWorkload, TuningBasis]:
     """The mix to plan the pools for: the spec's P99 prompt hint, or the tuner's defaults."""
     hint = service.spec.workload.prompt_tokens_p99
@@ -125,22 +144,15 @@ def plan_disaggregated(
     first. Raises UnknownGPU or Infeasible naming the pool."""
     split = service.spec.disaggregation
     assert split is not None
-    pools = (split.prefill, split.decode)
-    profiles = [
-        pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
-        for role, pool in zip(ROLES, pools, strict=True)
-    ]
-    inputs = [
-        phase_inputs(service, role, pool, profile)
-        for role, pool, profile in zip(ROLES, pools, profiles, strict=True)
-    ]
+    inputs = split_inputs(service, by_name)
     workload, basis = hinted_workload(service)
     phased = plan_phases(inputs[0], inputs[1], workload, _link(service))
     budget, seqs = service.spec.batching.max_num_batched_tokens, service.spec.batching.max_num_seqs
     plans = []
-    for role, pool, profile, pool_in, phase in zip(
-        ROLES, pools, profiles, inputs, (phased.prefill, phased.decode), strict=True
+    for role, pool, pool_in, phase in zip(
+        ROLES, split.pools, inputs, (phased.prefill, phased.decode), strict=True
     ):
+        profile = pool_in.profile
         decision = (
             spec_decision(budget, seqs)
             if isinstance(budget, int) and isinstance(seqs, int)
@@ -214,7 +226,7 @@ def phase_bounds(service: LLMService) -> tuple[tuple[int, int], tuple[int, int]]
     split, scaling = service.spec.disaggregation, service.spec.autoscaling
     assert split is not None
     bounds = []
-    for role, pool in zip(ROLES, (split.prefill, split.decode), strict=True):
+    for role, pool in zip(ROLES, split.pools, strict=True):
         low = scaling.min_replicas if pool.min_replicas is None else pool.min_replicas
         high = scaling.max_replicas if pool.max_replicas is None else pool.max_replicas
         if low > high:
@@ -234,20 +246,13 @@ def phase_scaling(
     split = service.spec.disaggregation
     assert split is not None
     _, plans = plan_disaggregated(service, by_name=by_name, service_monitor_served=False)
-    inputs = []
-    for role, pool, pool_plan in zip(ROLES, (split.prefill, split.decode), plans, strict=True):
-        profile = pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
-        planned = phase_inputs(service, role, pool, profile)
-        running = pool_plan.facts.batching
-        hints = replace(
-            planned.hints,
-            token_budget=running.token_budget,
-            max_num_seqs=running.max_num_seqs,
-        )
-        inputs.append(replace(planned, hints=hints))
-    plan = plan_phases(inputs[0], inputs[1], workload, _link(service))
-    policies = phase_policies(
-        service.spec, phase_models(inputs[0], inputs[1], plan), phase_bounds(service)
+    running = (p.facts.batching for p in plans)
+    prefill, decode = (
+        at_batching(inputs, b.token_budget, b.max_num_seqs)
+        for inputs, b in zip(split_inputs(service, by_name), running, strict=True)
+    )
+    plan, policies = size_pools(
+        service.spec, (prefill, decode), workload, _link(service), phase_bounds(service)
     )
     labels = (
         phase_pool_label("prefill", split.prefill.sku),
@@ -259,22 +264,13 @@ def phase_scaling(
 def phase_verdict(
     service: LLMService, *, by_name: Callable[[str], GPUProfile], workload: PhaseWorkload
 ) -> Verdict:
-    """Whether the split pays for `workload`: its pools, each on its GPU at the batching its
-    engines run, against one pool of the prefill pool's GPU at the engine's tensor parallelism,
-    at the profiles' prices per GPU-hour (`core.disaggregation.verdict`)."""
-    split = service.spec.disaggregation
-    assert split is not None
-    inputs = []
-    for role, pool in zip(ROLES, (split.prefill, split.decode), strict=True):
-        profile = pool_profile(by_name, f"disaggregation.{role} {pool.sku}", pool.sku)
-        inputs.append(phase_inputs(service, role, pool, profile))
-    aggregated = plan_inputs(service.spec, inputs[0].profile)
-    prices = (
-        aggregated.profile.hourly_cost_usd,
-        inputs[0].profile.hourly_cost_usd,
-        inputs[1].profile.hourly_cost_usd,
-    )
-    return verdict(aggregated, inputs[0], inputs[1], workload, prices, _link(service))
+    """Whether the split pays for `workload`: its pools, each on its GPU, against one pool of
+    the prefill pool's GPU at the engine's tensor parallelism, at the profiles' prices per
+    GPU-hour (`core.disaggregation.verdict`)."""
+    prefill, decode = split_inputs(service, by_name)
+    aggregated = plan_inputs(service.spec, prefill.profile)
+    prices = tuple(i.profile.hourly_cost_usd for i in (aggregated, prefill, decode))
+    return verdict(aggregated, prefill, decode, workload, prices, _link(service))  # type: ignore[arg-type]
 
 
 def _decision(

@@ -99,8 +99,7 @@ class PhasesLoop:
             return FALLBACK_INTERVAL_S
         split = service.spec.disaggregation
         assert split is not None
-        for role, policy, label in zip(ROLES, policies, labels, strict=True):
-            pool = split.prefill if role == "prefill" else split.decode
+        for role, pool, policy, label in zip(ROLES, split.pools, policies, labels, strict=True):
             mine = tuple(pod for pod in pods if pod.pool == label)
             state = self._state(role, policy, interval_s)
             target = ServiceTarget(
