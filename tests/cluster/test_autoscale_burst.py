@@ -31,6 +31,7 @@ from _operator_harness import (
 )
 
 from tokenpilot.adapters.kube import KubeClient
+from tokenpilot.adapters.kube.pods import ready_pods
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.core.render import SERVICE_LABEL
 from tokenpilot_lab.devcluster.pytest_plugin import eventually
@@ -141,16 +142,7 @@ def metrics_source(
 
 
 def ready_pod_ips(client: KubeClient, namespace: str) -> list[str]:
-    items = client.request("GET", RESOURCES[("v1", "Pod")].path(namespace)).get("items", [])
-    return [
-        pod["status"]["podIP"]
-        for pod in items
-        if not pod["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in pod.get("status", {}).get("conditions", [])
-        )
-    ]
+    return [pod["status"]["podIP"] for pod in ready_pods(client, namespace, "")]
 
 
 class Burst:

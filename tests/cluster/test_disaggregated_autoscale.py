@@ -4,7 +4,7 @@ Llama 3.1 70B on two H100s a replica in each pool, engine simulators timing step
 behind the routing sidecar's stand-in; the test routes as the endpoint picker does, each
 request to a Ready decode pod naming a Ready prefill pod. The decode engines keep
 `gpuMemoryUtilization` 0.87 of their GPUs, so their KV cache holds about 13,000 tokens and a
-handful of decodes fill a replica; the prefill engines compute about 5,000 prompt tokens/s.
+handful of decodes fill a replica.
 
 - Long prompts with four-token answers, at about 1.6 times what one prefill replica carries:
   the prefill pool grows to two, and the decode pool stays at one.
@@ -33,6 +33,7 @@ from _operator_harness import create, get_llms, operator_thread, patch_spec, sam
 from test_routing_inference_pool import install_crds
 
 from tokenpilot.adapters.kube import KubeClient, NotFound
+from tokenpilot.adapters.kube.pods import ready_pods
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import LLMService
@@ -99,25 +100,36 @@ def one_replica_rates(body: dict[str, Any]) -> tuple[float, float]:
 
 
 def ready_ips(client: KubeClient, namespace: str, role: str) -> list[str]:
-    pods = client.request(
-        "GET",
-        PODS.path(namespace),
-        query={"labelSelector": f"{SERVICE_LABEL}={NAME},{ROLE_LABEL}={role}"},
-    )["items"]
-    return sorted(
-        p["status"]["podIP"]
-        for p in pods
-        if not p["metadata"].get("deletionTimestamp")
-        and any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in p.get("status", {}).get("conditions", [])
-        )
-    )
+    selector = f"{SERVICE_LABEL}={NAME},{ROLE_LABEL}={role}"
+    return sorted(p["status"]["podIP"] for p in ready_pods(client, namespace, selector))
 
 
 def pool_replicas(client: KubeClient, namespace: str) -> tuple[int, int]:
     split = get_llms(client, namespace, NAME)["spec"]["disaggregation"]
     return int(split["prefill"].get("replicas", 1)), int(split["decode"].get("replicas", 1))
+
+
+def grows_to_two(client: KubeClient, namespace: str, role: str, what: str) -> None:
+    index = 0 if role == "prefill" else 1
+    eventually(
+        lambda: pool_replicas(client, namespace)[index] == 2,
+        timeout_s=150,
+        interval_s=1.0,
+        what=what,
+    )
+
+
+@contextlib.contextmanager
+def routed(
+    client: KubeClient, namespace: str, rate_per_s: float, mix: tuple[int, int]
+) -> Iterator[None]:
+    """The load runs while the block does; every request it sent is answered 200."""
+    load = Router(client, namespace, rate_per_s, mix)
+    try:
+        yield
+    finally:
+        codes = load.stop()
+    assert codes and set(codes) == {200}, [c for c in codes if c != 200][:5]
 
 
 class Router:
@@ -208,13 +220,9 @@ def test_each_pool_scales_on_its_own_signal(
     eventually(both_ready, timeout_s=180, what="one Ready replica in each pool")
 
     # Long prompts, short answers: the prefill pool's signal.
-    load = Router(client, namespace, 1.6 * prefill_rps, LONG_PROMPTS)
-    try:
-        eventually(
-            lambda: pool_replicas(client, namespace)[0] == 2,
-            timeout_s=150,
-            interval_s=1.0,
-            what=f"the prefill pool to grow at {1.6 * prefill_rps:.2f} long prompts/s",
+    with routed(client, namespace, 1.6 * prefill_rps, LONG_PROMPTS):
+        grows_to_two(
+            client, namespace, "prefill", f"the prefill pool to grow at {1.6 * prefill_rps:.2f}/s"
         )
         assert pool_replicas(client, namespace)[1] == 1
         eventually(
@@ -222,9 +230,6 @@ def test_each_pool_scales_on_its_own_signal(
             timeout_s=120,
             what="the second prefill replica Ready",
         )
-    finally:
-        codes = load.stop()
-    assert codes and set(codes) == {200}, [c for c in codes if c != 200][:5]
     phases = get_llms(client, namespace, NAME)["status"]["phases"]
     print(f"prefill at {1.6 * prefill_rps:.2f}/s: {phases['prefill']['autoscaling']['reason']}")
     assert phases["prefill"]["autoscaling"]["desiredReplicas"] == 2
@@ -235,17 +240,10 @@ def test_each_pool_scales_on_its_own_signal(
 
     # Long answers: the decode pool's signal; the prefill pool keeps what it has (its
     # scale-down window is ten minutes).
-    load = Router(client, namespace, 1.8 * decode_rps, LONG_ANSWERS)
-    try:
-        eventually(
-            lambda: pool_replicas(client, namespace)[1] == 2,
-            timeout_s=150,
-            interval_s=1.0,
-            what=f"the decode pool to grow at {1.8 * decode_rps:.2f} long answers/s",
+    with routed(client, namespace, 1.8 * decode_rps, LONG_ANSWERS):
+        grows_to_two(
+            client, namespace, "decode", f"the decode pool to grow at {1.8 * decode_rps:.2f}/s"
         )
-    finally:
-        codes = load.stop()
-    assert codes and set(codes) == {200}, [c for c in codes if c != 200][:5]
     status = get_llms(client, namespace, NAME)["status"]
     print(f"decode at {1.8 * decode_rps:.2f}/s: {status['phases']['decode']['autoscaling']}")
     kinds = {c["type"] for c in status["conditions"]}
