@@ -29,6 +29,10 @@ class PlannedFor(ApiModel):
 
     prompt_tokens_p99: int | None = Field(None, description="P99 prompt length in tokens.")
     mean_context_tokens: int | None = Field(None, description="Mean context of a decode.")
+    # A disaggregated service's prefill chunk is planned for the mean prompt and its pools for
+    # the mean output (core.disaggregation_plan); an aggregated service's plan leaves them out.
+    mean_prompt_tokens: int | None = Field(None, description="Mean prompt length in tokens.")
+    mean_output_tokens: int | None = Field(None, description="Mean output length in tokens.")
     decode_step_factor: float = Field(
         1.0, description="Decode-only steps priced at this times the profile's price."
     )

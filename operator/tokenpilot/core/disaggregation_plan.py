@@ -34,9 +34,11 @@ from tokenpilot.api.llmservice import (
     PoolStatus,
     SeqsSource,
 )
-from tokenpilot.api.workload import TuningBasis
+from tokenpilot.api.workload import PlannedFor, TuningBasis, WorkloadStatus
+from tokenpilot.core.autoscale.capacity import ReplicaModel
 from tokenpilot.core.autoscale.demand import TAIL_PROMPT_FACTOR
 from tokenpilot.core.autoscale.policy import AutoscalePolicy
+from tokenpilot.core.autoscale.workload import MIN_REQUESTS
 from tokenpilot.core.batching import BatchingDecision, Bound, spec_decision
 from tokenpilot.core.disaggregation import (
     DEFAULT_KV_LINK,
@@ -47,10 +49,12 @@ from tokenpilot.core.disaggregation import (
     Verdict,
     at_batching,
     kv_transfer_config,
+    phase_models,
     plan_phases,
     size_pools,
     verdict,
 )
+from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
 from tokenpilot.core.pool_plan import PoolPlan, pool_profile
@@ -62,7 +66,14 @@ from tokenpilot.core.render import (
     model_load_budget_s,
     pool_label_value,
 )
-from tokenpilot.core.retune import Tuning
+from tokenpilot.core.retune import (
+    Gate,
+    Tuning,
+    capacity_gain,
+    rolling_out,
+    settle,
+    workload_mix,
+)
 from tokenpilot.core.tuner import DEFAULT_OUTPUT_TOKENS
 
 ROLES = tuple(KV_ROLES)  # prefill, then decode
@@ -124,14 +135,127 @@ def split_inputs(
 
 
 def hinted_workload(service: LLMService) -> tuple[PhaseWorkload, TuningBasis]:
-    """The mix to plan the pools for: the spec's P99 prompt hint, or the tuner's defaults."""
+    """The mix to plan the pools for before any is observed: the spec's P99 prompt hint, or the
+    tuner's defaults."""
+    hints = _hinted_plan(service)
+    return planned_workload(hints), TuningBasis.defaults if hints is None else TuningBasis.hints
+
+
+def running_workload(service: LLMService) -> PhaseWorkload:
+    """The mix the running prefill chunk was planned for (status.tuning.plannedFor when it was
+    re-tuned on an observed one), else the hinted one."""
+    tuning = service.status.tuning
+    if tuning is not None and tuning.basis is TuningBasis.observed:
+        return planned_workload(tuning.planned_for)
+    return hinted_workload(service)[0]
+
+
+def planned_workload(planned: PlannedFor | None) -> PhaseWorkload:
+    """The mix a plan names: its means and P99 prompt where it has them (an observed plan), its
+    P99 prompt alone (the spec's hint: the mean a `TAIL_PROMPT_FACTOR`-th of it), else the
+    tuner's defaults."""
+    if planned is None or planned.prompt_tokens_p99 is None:
+        return PhaseWorkload.planned(None)
+    p99 = planned.prompt_tokens_p99
+    mean = float(planned.mean_prompt_tokens or max(1.0, p99 / TAIL_PROMPT_FACTOR))
+    output = float(planned.mean_output_tokens or DEFAULT_OUTPUT_TOKENS)
+    return PhaseWorkload(mean, max(p99, math.ceil(mean)), output)
+
+
+def _hinted_plan(service: LLMService) -> PlannedFor | None:
     hint = service.spec.workload.prompt_tokens_p99
-    if hint is None:
-        return PhaseWorkload.planned(None), TuningBasis.defaults
-    mean = max(1.0, hint / TAIL_PROMPT_FACTOR)
-    return PhaseWorkload(mean, max(hint, math.ceil(mean)), float(DEFAULT_OUTPUT_TOKENS)), (
-        TuningBasis.hints
+    return None if hint is None else PlannedFor(prompt_tokens_p99=hint)
+
+
+def observed_phase_plan(decode: WorkloadStatus | None) -> PlannedFor | None:
+    """What the decode engines served (they see every request's whole prompt and output), as
+    what to plan the pools for, once it rests on `MIN_REQUESTS`: the mean prompt and output,
+    the P99 prompt at its bucket's upper edge. The split's plans price steps at the profile's
+    rates: its learned step costs are not folded in."""
+    if (
+        decode is None
+        or decode.requests < MIN_REQUESTS
+        or decode.prompt_tokens is None
+        or decode.output_tokens is None
+    ):
+        return None
+    mean = max(1, round(decode.prompt_tokens.mean))
+    context = decode.mean_context_tokens
+    return PlannedFor(
+        prompt_tokens_p99=max(mean, round(decode.prompt_tokens.p99)),
+        mean_context_tokens=None if context is None else max(1, round(context)),
+        mean_prompt_tokens=mean,
+        mean_output_tokens=max(1, round(decode.output_tokens.mean)),
     )
+
+
+def prefill_tuning(
+    service: LLMService, inputs: tuple[PlanInputs, PlanInputs], now: str | None
+) -> Tuning:
+    """The prefill pool's chunk, planned for what status.tuning says it was planned for, and
+    whether the mix the decode engines served moves it (core.retune.settle, as an aggregated
+    service's budget: material at `MATERIAL_GAIN` times the prefill pool's load per replica
+    within the TTFT it is left, gated by retuneCooldown, the prefill pool's scaling and a
+    rollout under way). Without `now` the engines keep the chunk they run."""
+    spec, status = service.spec, service.status
+    link = _link(service)
+    measured = inputs[0].profile.measured is not None
+
+    def tune(planned: PlannedFor | None) -> BatchingDecision:
+        phased = plan_phases(inputs[0], inputs[1], planned_workload(planned), link)
+        words = phased.prefill.words
+        if phased.problem is not None:
+            words = f"{words}; {phased.problem}"
+        return _decision(
+            "prefill", phased.prefill.token_budget, phased.prefill.max_num_seqs, words, measured
+        )
+
+    phases = status.phases
+    decode = None if phases is None or phases.decode is None else phases.decode.workload
+    observed = observed_phase_plan(decode)
+
+    def gain(running: BatchingDecision, candidate: BatchingDecision) -> tuple[float, str | None]:
+        mix = None if decode is None else workload_mix(decode)
+        if mix is None or observed is None:
+            return 1.0, None
+        before, after = (
+            _prefill_model(inputs, b, planned_workload(observed), link)
+            for b in (running, candidate)
+        )
+        return capacity_gain(before, after, mix)
+
+    running = status.tuning
+    last_s = None
+    if running is not None and running.retuned_at is not None and now is not None:
+        last_s = seconds_between(running.retuned_at, now)
+    prefill = None if phases is None or phases.prefill is None else phases.prefill.autoscaling
+    gate = Gate(
+        cooldown_s=parse_duration_s(spec.batching.retune_cooldown, "spec.batching.retuneCooldown"),
+        since_last_retune_s=last_s,
+        autoscaling=prefill,
+        rolling_out=now is None or rolling_out(service),
+    )
+    return settle(
+        spec.batching,
+        running,
+        _hinted_plan(service),
+        observed,
+        tune=tune,
+        gain=gain,
+        gate=gate,
+        now=now or "",
+    )
+
+
+def _prefill_model(
+    inputs: tuple[PlanInputs, PlanInputs],
+    batching: BatchingDecision,
+    workload: PhaseWorkload,
+    link: KvLink,
+) -> ReplicaModel:
+    """The prefill pool's replica model at `batching`, for `workload`."""
+    prefill = at_batching(inputs[0], batching.token_budget, batching.max_num_seqs)
+    return phase_models(prefill, inputs[1], plan_phases(prefill, inputs[1], workload, link))[0]
 
 
 def plan_disaggregated(
@@ -139,31 +263,40 @@ def plan_disaggregated(
     *,
     by_name: Callable[[str], GPUProfile],
     service_monitor_served: bool,
+    now: str | None = None,
 ) -> tuple[Tuning, list[PoolPlan]]:
-    """The prefill pool's tuning (what status.tuning shows) and both pools' plans, prefill
-    first. Raises UnknownGPU or Infeasible naming the pool."""
+    """The prefill pool's tuning (what status.tuning shows: `prefill_tuning`, or the spec's
+    integers for both pools) and both pools' plans, prefill first; `now` lets the prefill chunk
+    be re-tuned. Raises UnknownGPU or Infeasible naming the pool."""
     split = service.spec.disaggregation
     assert split is not None
     inputs = split_inputs(service, by_name)
-    workload, basis = hinted_workload(service)
-    phased = plan_phases(inputs[0], inputs[1], workload, _link(service))
     budget, seqs = service.spec.batching.max_num_batched_tokens, service.spec.batching.max_num_seqs
+    given = isinstance(budget, int) and isinstance(seqs, int)
+    if given:
+        tuning = Tuning(spec_decision(budget, seqs), TuningBasis.spec, None)  # type: ignore[arg-type]
+    else:
+        tuning = prefill_tuning(service, inputs, now)
+    phased = plan_phases(
+        at_batching(inputs[0], tuning.decision.token_budget, tuning.decision.max_num_seqs),
+        inputs[1],
+        planned_workload(tuning.planned_for),
+        _link(service),
+    )
     plans = []
     for role, pool, pool_in, phase in zip(
         ROLES, split.pools, inputs, (phased.prefill, phased.decode), strict=True
     ):
         profile = pool_in.profile
-        decision = (
-            spec_decision(budget, seqs)
-            if isinstance(budget, int) and isinstance(seqs, int)
-            else _decision(
-                role,
-                phase.token_budget,
-                phase.max_num_seqs,
-                phase.words,
-                profile.measured is not None,
+        if given:
+            decision = spec_decision(budget, seqs)  # type: ignore[arg-type]
+        elif role == "prefill":
+            decision = tuning.decision
+        else:
+            measured = profile.measured is not None
+            decision = _decision(
+                role, phase.token_budget, phase.max_num_seqs, phase.words, measured
             )
-        )
         gpus = pool_in.hints.tensor_parallel_size
         deployment = phase_deployment_name(service, role)
         facts = RenderFacts(
@@ -187,7 +320,12 @@ def plan_disaggregated(
                 ),
             ),
         )
-        reason = phase.words if phased.problem is None else f"{phase.words}; {phased.problem}"
+        words = decision.reason if role == "prefill" and not given else phase.words
+        reason = (
+            words
+            if phased.problem is None or phased.problem in words
+            else (f"{words}; {phased.problem}")
+        )
         status = PoolStatus(
             sku=pool.sku,
             role=role,
@@ -208,7 +346,7 @@ def plan_disaggregated(
                 status,
             )
         )
-    return Tuning(plans[0].facts.batching, basis, None), plans
+    return tuning, plans
 
 
 @dataclass(frozen=True, slots=True)

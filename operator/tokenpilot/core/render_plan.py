@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpilot.api.gpu_profile import GPUProfile
-from tokenpilot.api.llmservice import ConditionStatus, LLMService
+from tokenpilot.api.llmservice import LLMService
 from tokenpilot.api.workload import PlannedFor, TuningBasis
-from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.batching import BatchingDecision, spec_decision
 from tokenpilot.core.disaggregation_plan import plan_disaggregated
@@ -34,6 +33,7 @@ from tokenpilot.core.retune import (
     capacity_gain,
     hinted_plan,
     observed_plan,
+    rolling_out,
     settle,
     workload_mix,
 )
@@ -107,7 +107,7 @@ def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
         cooldown_s=parse_duration_s(spec.batching.retune_cooldown, "spec.batching.retuneCooldown"),
         since_last_retune_s=last_s,
         autoscaling=status.autoscaling,
-        rolling_out=now is None or _rolling_out(service),
+        rolling_out=now is None or rolling_out(service),
     )
     return settle(
         spec.batching,
@@ -119,12 +119,6 @@ def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
         gate=gate,
         now=now or "",
     )
-
-
-def _rolling_out(service: LLMService) -> bool:
-    """Whether a rollout or a start of replicas is under way (the Progressing condition)."""
-    found = next((c for c in service.status.conditions if c.type == cond.PROGRESSING), None)
-    return found is not None and found.status is ConditionStatus.true
 
 
 def plan(
@@ -140,13 +134,14 @@ def plan(
     """Plan one service. Raises InvalidSpec, UnknownGPU or Infeasible. `now` (RFC 3339) lets a
     re-tune happen; without it the engines keep the budget they run. `pools_live`: what the
     cluster shows of each pool (spec.accelerator.pools), by SKU. A disaggregated service's
-    two pools are planned by core.disaggregation_plan (no re-tune: each keeps its plan)."""
+    two pools are planned by core.disaggregation_plan (the prefill chunk re-tuned as the
+    budget of one pool is)."""
     spec = service.spec
     if spec.disaggregation is not None:
         return _of_pools(
             service,
             *plan_disaggregated(
-                service, by_name=by_name, service_monitor_served=service_monitor_served
+                service, by_name=by_name, service_monitor_served=service_monitor_served, now=now
             ),
         )
     if spec.accelerator.pools:

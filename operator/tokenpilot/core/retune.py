@@ -28,6 +28,8 @@ from tokenpilot.api.llmservice import (
     AutoscalingStatus,
     BatchingSource,
     BatchingSpec,
+    ConditionStatus,
+    LLMService,
     TuningStatus,
 )
 from tokenpilot.api.workload import (
@@ -40,6 +42,7 @@ from tokenpilot.api.workload import (
     WorkloadSpec,
     WorkloadStatus,
 )
+from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.capacity import Demand, ReplicaModel
 from tokenpilot.core.autoscale.costs import TermEstimate
 from tokenpilot.core.autoscale.figures import approx
@@ -98,6 +101,12 @@ class Gate:
         if self.rolling_out:
             return "a rollout is under way"
         return None
+
+
+def rolling_out(service: LLMService) -> bool:
+    """Whether a rollout or a start of replicas is under way (the Progressing condition)."""
+    found = next((c for c in service.status.conditions if c.type == cond.PROGRESSING), None)
+    return found is not None and found.status is ConditionStatus.true
 
 
 def observed_plan(

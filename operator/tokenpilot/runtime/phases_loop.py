@@ -44,9 +44,9 @@ from tokenpilot.core.autoscale.spec import evaluation_interval_s
 from tokenpilot.core.disaggregation import PhaseWorkload
 from tokenpilot.core.disaggregation_plan import (
     ROLES,
-    hinted_workload,
     phase_scaling,
     phase_verdict,
+    running_workload,
 )
 from tokenpilot.core.errors import InvalidSpec, TokenPilotError
 from tokenpilot.runtime.service_loop import FALLBACK_INTERVAL_S, AutoscalerRuntime
@@ -132,7 +132,7 @@ class PhasesLoop:
             raise InvalidSpec("spec.disaggregation is gone; the service is scaled as one pool")
         if self.profile_of is None:
             raise InvalidSpec("no GPU profiles to size the pools with")
-        planned = self.workload or hinted_workload(service)[0]
+        planned = self.workload or running_workload(service)
         decode = self.states.get("decode")
         self.workload = planned.replanned(None if decode is None else decode.workload.learned())
         scaling = phase_scaling(service, by_name=self.profile_of, workload=self.workload)
