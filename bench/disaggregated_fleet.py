@@ -38,7 +38,6 @@ import time
 from rich.console import Console
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
-from tokenpilot.api.workload import RetuneMode
 from tokenpilot.core.disaggregation import DEFAULT_KV_LINK, KvLink, PhaseWorkload, verdict
 from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.roofline import PrefillChunk, step_floor_s
@@ -98,9 +97,8 @@ def main(argv: list[str]) -> int:
         _progress(started, r.policy, r)
 
     world = simulate_world.setup(agg_args, trace)
-    spec_args = copy.copy(agg_args)
-    spec_args.retune = RetuneMode.Off.value
-    spec = simulate_world._service(spec_args).spec
+    # The spec a user writes: `tokenpilot simulate`'s, re-tune as its --retune says (Auto).
+    spec = simulate_world._service(agg_args).spec
     prefill = catalog.get(args.prefill_gpu)
     bounds = ((1, args.pool_max), (1, args.pool_max))
     runs = []
@@ -169,6 +167,14 @@ def main(argv: list[str]) -> int:
             + ("" if sim_args.engine_slowdown == 1.0 else f" x{sim_args.engine_slowdown:g}")
             + "; re-planned at "
             + (", ".join(f"{s:.0f} s" for s, _ in run.operator.replans) or "never")
+            + "; prefill re-tuned "
+            + (
+                ", ".join(
+                    f"at {r.at_s:.0f} s {r.from_batching[0]} -> {r.to_batching[0]}"
+                    for r in run.operator.retunes
+                )
+                or "never"
+            )
             + f"\n  plan for the trace's mix (mean prompt {workload.mean_prompt_tokens:,.0f}, P99 "
             f"{workload.prompt_p99_tokens:,}, mean output {workload.mean_output_tokens:,.0f}): "
             f"{told.words}\n"
@@ -203,8 +209,9 @@ def main(argv: list[str]) -> int:
                         ),
                         "gpu_hours": round(r.gpu_hours, 6),
                         "cost_usd": round(r.cost_usd, 4),
+                        **({} if apart is None else {"operator": apart.operator.report()}),
                     }
-                    for name, r, _ in rows
+                    for name, r, apart in rows
                 ]
             )
         )

@@ -190,3 +190,73 @@ def test_the_disaggregated_operator_reads_nothing_of_the_trace() -> None:
     two = PhasesOperator.created(spec(), inputs, ((1, 32), (1, 32)))
     assert [s.policy for s in one.states] == [s.policy for s in two.states]
     assert one.plan == two.plan
+
+
+@dataclass
+class RollsPrefill:
+    """Keeps one replica a pool and, at its first evaluation, gives the prefill pool a new
+    budget."""
+
+    to: tuple[int, int]
+    name: str = "rolls"
+    interval_s: float = 5.0
+    source: Any = StaticPolicy(1).source
+    rolling: list[bool] = field(default_factory=list)
+
+    def decide(self, view: PoolsView) -> PoolsChoice:
+        self.rolling.append(view.pools[0].view.rolling_out)
+        batching = (self.to, None) if len(self.rolling) == 1 else ()
+        return PoolsChoice((2, 1), "fixed", batching)
+
+
+def test_a_pool_rolls_to_a_new_budget_as_a_deployment_does() -> None:
+    trace = poisson(2.0, 600.0, seed=3, median_prompt_tokens=2_000, median_output_tokens=50)
+    policy = RollsPrefill((4096, 256))
+    pooled = run(trace, policy, *pools(prefill=2))
+    result = pooled.result
+    (rollout,) = result.rollouts
+    assert (rollout.from_batching, rollout.to_batching) == ((2048, 256), (4096, 256))
+    # maxSurge 1: each old pod is replaced in turn, one cold start after another.
+    cold_s = FleetConfig().cold_start_s
+    assert rollout.finished_s is not None
+    assert 2 * cold_s <= rollout.finished_s - rollout.started_s <= 2 * cold_s + 10.0
+    assert rollout.surge_gpu_hours == pytest.approx(2 * cold_s / 3600.0, rel=0.1)
+    # The policy saw the pool rolling, then not; the pods it billed include the surge; and
+    # maxUnavailable 0 lost no request.
+    assert policy.rolling[1] and not policy.rolling[-1]
+    assert pooled.pools[0].gpu_hours == pytest.approx(
+        2 * 600 / 3600 + rollout.surge_gpu_hours, rel=0.02
+    )
+    assert result.num_unserved == 0
+    assert result.num_rejected == run(trace, Fixed((2, 1)), *pools(prefill=2)).result.num_rejected
+
+
+def test_the_operator_re_tunes_the_prefill_chunk_once_it_has_learned_long_prompts() -> None:
+    auto = service(
+        slo={"ttftP99": "2s", "itlP99": "50ms"},
+        engine={"maxModelLen": 131_072},
+        autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 32},
+    ).spec
+    h100 = by_name("H100-80GB")
+    # Two GPUs a prefill replica: chunks of 1,024 tokens leave its GEMMs short of their pace
+    # (on one GPU the gain from a larger chunk is under the re-tune's 10 %, and nothing rolls).
+    trace = poisson(2.0, 900.0, seed=2, median_prompt_tokens=8_192)
+    run = run_disaggregated(
+        trace,
+        FleetConfig(),
+        auto,
+        (h100, h100),
+        (1.0, 1.0),
+        ((1, 32), (1, 32)),
+        DEFAULT_KV_LINK,
+        tensor_parallel=(2, 1),
+    )
+    (retune,) = run.operator.retunes
+    assert retune.from_batching[0] == 1024 and retune.to_batching[0] > 1024
+    assert "load per replica" in retune.why
+    report = run.operator.report()
+    assert report["basis"] == "Observed" and report["prefill_batching"][0] == retune.to_batching[0]
+    # The simulated Deployment rolled to it; the autoscaler prices it from then on.
+    (rollout,) = run.pooled.result.rollouts
+    assert rollout.to_batching == retune.to_batching and rollout.started_s == retune.at_s
+    assert run.operator.inputs[0].hints.token_budget == retune.to_batching[0]

@@ -12,7 +12,10 @@ The loop is `FleetSimulation`'s (fleet.simulator); what differs:
   their GPUs. A Pending pod holds no GPU and is not billed.
 - GPU time and cost are summed per pool: a replica's GPUs from its creation until it is
   gone, at its pool's price per GPU-hour (`PooledResult.pools`).
-No re-tune rolls pool Deployments here: every pool keeps the budget it opens on.
+- A policy may give a pool a new batching: its pod template changes and the pool rolls as a
+  Deployment does (maxSurge 1, maxUnavailable 0: a new pod at the cold start, an old one gone
+  once the Ready pods stay at the pool's replicas without it), a step at each pod's readiness
+  and each evaluation; the surge is billed like any pod (`FleetResult.rollouts`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tokenpilot.core.errors import InvalidSpec
 from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.pool_view import PoolsPolicy, PoolsView, PoolView
-from tokenpilot_lab.fleet.results import FleetResult, ScaleEvent
+from tokenpilot_lab.fleet.results import FleetResult, Rollout, ScaleEvent
 from tokenpilot_lab.fleet.simulator import FleetSimulation, ProgressFn, _Replica
 from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import EngineConfig, StepTimer
@@ -99,6 +102,9 @@ class PooledFleetSimulation(FleetSimulation):
         self._pool_by_name: dict[str, int] = {}
         self._pool_desired = [0] * len(self.pools)
         self._pool_peak = [0] * len(self.pools)
+        # The rollout under way in each pool that has one: its index in `_rollouts`, and the
+        # pod-seconds over the pool's replicas so far (with when they were counted to).
+        self._pool_rolls: dict[int, tuple[int, float, float]] = {}
 
     # ----- fleet state ----------------------------------------------------------------------
 
@@ -157,6 +163,11 @@ class PooledFleetSimulation(FleetSimulation):
                 changed = True
         if changed:
             self._events.append(ScaleEvent(now_s, before, self._spec_replicas(), choice.reason))
+        for i, batching in enumerate(choice.batching):
+            if batching is not None:
+                self._retune_pool(i, now_s, batching)
+        if self._pool_rolls:
+            self._roll(now_s)
 
     def _view(
         self, now_s: float, pods: list[_Replica], spec: int, pool_index: int | None
@@ -190,7 +201,10 @@ class PooledFleetSimulation(FleetSimulation):
         return PoolView(
             sku=pool.sku,
             label=pool.label,
-            view=self._view(now_s, pods, self._pool_desired[pool_index], pool_index),
+            view=replace(
+                self._view(now_s, pods, self._pool_desired[pool_index], pool_index),
+                rolling_out=pool_index in self._pool_rolls,
+            ),
             unschedulable_for_s=now_s - min(pending) if pending else None,
         )
 
@@ -203,14 +217,78 @@ class PooledFleetSimulation(FleetSimulation):
                 self._add(pool_index, now_s, now_s + self.config.cold_start_s)
             return
         # A ReplicaSet removes the pods that are not Ready first (Pending before starting),
-        # then the newest.
+        # then the newest; a rollout's old template before its new one.
+        template = self.pools[pool_index].engine
         victims = sorted(
             self._pool_pods(pool_index),
-            key=lambda r: (r.ready_s <= now_s, r.ready_s != math.inf, -r.created_s, -r.index),
+            key=lambda r: (
+                r.ready_s <= now_s,
+                r.ready_s != math.inf,
+                r.config is template,
+                -r.created_s,
+                -r.index,
+            ),
         )
         for replica in victims[: spec - desired]:
             self._remove(replica, now_s)
         self._live = [r for r in self._live if r.ended_s is None]
+
+    # ----- rollouts -------------------------------------------------------------------------
+
+    def _retune_pool(self, pool_index: int, now_s: float, batching: tuple[int, int]) -> None:
+        """The pool's pod template at `batching`, rolled out from now on."""
+        pool = self.pools[pool_index]
+        before = (pool.engine.max_num_batched_tokens, pool.engine.max_num_seqs)
+        if before == batching:
+            return
+        engine = replace(pool.engine, max_num_batched_tokens=batching[0], max_num_seqs=batching[1])
+        self.pools = tuple(
+            replace(p, engine=engine) if i == pool_index else p for i, p in enumerate(self.pools)
+        )
+        if pool_index in self._pool_rolls:
+            # A rollout superseded: it ends here, and the new one takes its pods on.
+            self._end_roll(pool_index, now_s)
+        self._rollouts.append(Rollout(now_s, None, before, batching))
+        self._pool_rolls[pool_index] = (len(self._rollouts) - 1, 0.0, now_s)
+        self._roll(now_s)
+
+    def _roll(self, now_s: float) -> None:
+        """One step of every pool's rollout at `now_s`."""
+        for pool_index in list(self._pool_rolls):
+            at, surge_s, since_s = self._pool_rolls[pool_index]
+            over = len(self._pool_pods(pool_index)) - self._pool_desired[pool_index]
+            self._pool_rolls[pool_index] = (at, surge_s + max(0, over) * (now_s - since_s), now_s)
+            if self._roll_pool(pool_index, now_s):
+                self._end_roll(pool_index, now_s)
+        self._live = [r for r in self._live if r.ended_s is None]
+
+    def _roll_pool(self, pool_index: int, now_s: float) -> bool:
+        """Replace the pool's old pods as a Deployment does (maxSurge 1, maxUnavailable 0: an
+        old pod not yet Ready goes at once); True once none is left."""
+        template, desired = self.pools[pool_index].engine, self._pool_desired[pool_index]
+        while True:
+            pods = self._pool_pods(pool_index)
+            old = [r for r in pods if r.config is not template]
+            if not old:
+                return True
+            ready = [r for r in pods if r.ready_s <= now_s]
+            starting_old = [r for r in old if r.ready_s > now_s]
+            if len(pods) > desired and starting_old:
+                self._remove(max(starting_old, key=lambda r: r.created_s), now_s)
+            elif len(pods) > desired and len(ready) > desired:
+                ready_old = [r for r in old if r.ready_s <= now_s]
+                self._remove(max(ready_old, key=lambda r: r.created_s), now_s)
+            elif len(pods) <= desired:
+                self._add(pool_index, now_s, now_s + self.config.cold_start_s)
+            else:
+                return False
+
+    def _end_roll(self, pool_index: int, now_s: float) -> None:
+        at, surge_s, _ = self._pool_rolls.pop(pool_index)
+        gpus = self.pools[pool_index].gpus_per_replica
+        self._rollouts[at] = replace(
+            self._rollouts[at], finished_s=now_s, surge_gpu_hours=surge_s * gpus / 3600.0
+        )
 
     # ----- the bill -------------------------------------------------------------------------
 

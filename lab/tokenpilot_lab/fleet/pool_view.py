@@ -47,10 +47,14 @@ class PoolsView:
 
 @dataclass(frozen=True, slots=True)
 class PoolsChoice:
-    """Each pool's Deployment replicas, in the pools' order, and why in words."""
+    """Each pool's Deployment replicas, in the pools' order, and why in words; a pool's new
+    batching where its pod template changes."""
 
     replicas: tuple[int, ...]
     reason: str
+    # The (token budget, max_num_seqs) to roll a pool's Deployment to, in the pools' order
+    # (None or absent: keep its template).
+    batching: tuple[tuple[int, int] | None, ...] = ()
 
 
 class PoolsPolicy(Protocol):

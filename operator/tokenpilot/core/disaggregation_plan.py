@@ -190,15 +190,16 @@ def observed_phase_plan(decode: WorkloadStatus | None) -> PlannedFor | None:
 
 
 def prefill_tuning(
-    service: LLMService, inputs: tuple[PlanInputs, PlanInputs], now: str | None
+    service: LLMService, inputs: tuple[PlanInputs, PlanInputs], link: KvLink, now: str | None
 ) -> Tuning:
     """The prefill pool's chunk, planned for what status.tuning says it was planned for, and
     whether the mix the decode engines served moves it (core.retune.settle, as an aggregated
     service's budget: material at `MATERIAL_GAIN` times the prefill pool's load per replica
     within the TTFT it is left, gated by retuneCooldown, the prefill pool's scaling and a
-    rollout under way). Without `now` the engines keep the chunk they run."""
+    rollout under way). `inputs` are the pools' plan inputs as the spec gives them (not at the
+    running batching); `link` the KV link the plan prices. Without `now` the engines keep the
+    chunk they run."""
     spec, status = service.spec, service.status
-    link = _link(service)
     measured = inputs[0].profile.measured is not None
 
     def tune(planned: PlannedFor | None) -> BatchingDecision:
@@ -276,7 +277,7 @@ def plan_disaggregated(
     if given:
         tuning = Tuning(spec_decision(budget, seqs), TuningBasis.spec, None)  # type: ignore[arg-type]
     else:
-        tuning = prefill_tuning(service, inputs, now)
+        tuning = prefill_tuning(service, inputs, _link(service), now)
     phased = plan_phases(
         at_batching(inputs[0], tuning.decision.token_budget, tuning.decision.max_num_seqs),
         inputs[1],
