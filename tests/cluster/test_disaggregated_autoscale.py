@@ -121,10 +121,14 @@ def grows_to_two(client: KubeClient, namespace: str, role: str, what: str) -> No
 
 @contextlib.contextmanager
 def routed(
-    client: KubeClient, namespace: str, rate_per_s: float, mix: tuple[int, int]
+    client: KubeClient,
+    namespace: str,
+    rate_per_s: float,
+    mix: tuple[int, int],
+    model: str = "llama-3.1-70b-instruct",
 ) -> Iterator[None]:
     """The load runs while the block does; every request it sent is answered 200."""
-    load = Router(client, namespace, rate_per_s, mix)
+    load = Router(client, namespace, rate_per_s, mix, model)
     try:
         yield
     finally:
@@ -136,9 +140,16 @@ class Router:
     """Requests at a steady rate, each to a Ready decode pod naming a Ready prefill pod (round
     robin over each, the lists kept current as a picker's are), in a thread until `stop`."""
 
-    def __init__(self, client: KubeClient, namespace: str, rate_per_s: float, mix: tuple[int, int]):
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        rate_per_s: float,
+        mix: tuple[int, int],
+        model: str,
+    ):
         self.client, self.namespace = client, namespace
-        self.rate_per_s, self.mix = rate_per_s, mix
+        self.rate_per_s, self.mix, self.model = rate_per_s, mix, model
         self.codes: list[int | str] = []
         self.pods: dict[str, list[str]] = {
             role: ready_ips(client, namespace, role) for role in ("prefill", "decode")
@@ -155,7 +166,7 @@ class Router:
             async def one(i: int) -> None:
                 prefill, decode = self.pods["prefill"], self.pods["decode"]
                 body = {
-                    "model": "llama-3.1-70b-instruct",
+                    "model": self.model,
                     # Its own first word: the prefix cache finds nothing of it.
                     "prompt": f"r{i} " + "word " * (prompt - 1),
                     "max_tokens": output,
