@@ -10,6 +10,7 @@ engines' histograms hold `MIN_REQUESTS` requests, the mix they served calls for 
 (about 1.1x the prefill pool's load within its TTFT): the reconciler rolls the prefill
 Deployment once, the `Retuned` Event names the old and the new chunk, status.tuning says it was
 planned for what was observed, the decode Deployment is left as it was, and no request fails.
+The operator's /metrics gives each pool's budget (`tokenpilot_pool_token_budget{phase}`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import create, get_llms, operator_thread
+from _operator_harness import create, get_llms, metrics_ports, operator_page, operator_thread
 from test_disaggregated_autoscale import ready_ips, routed
 from test_disaggregated_autoscale import service as split_service
 from test_routing_inference_pool import install_crds
@@ -69,15 +70,30 @@ def chunk(client: KubeClient, namespace: str, role: str) -> int:
 
 
 @pytest.fixture
-def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
-    with operator_thread(kubeconfig, namespace, resync_s=2.0):
+def metrics_port() -> int:
+    (port,) = metrics_ports(1)
+    return port
+
+
+@pytest.fixture
+def operator(
+    kubeconfig: Path, namespace: str, client: KubeClient, metrics_port: int
+) -> Iterator[None]:
+    with operator_thread(kubeconfig, namespace, resync_s=2.0, metrics_port=metrics_port):
         yield
         with contextlib.suppress(NotFound):
             client.request("DELETE", LLMSERVICES.path(namespace, NAME))
 
 
+def pool_budgets(port: int) -> dict[str, float]:
+    page = operator_page(port)
+    if page is None:
+        return {}
+    return {s.labels["phase"]: s.value for s in page.series("tokenpilot_pool_token_budget")}
+
+
 def test_the_prefill_pool_rolls_to_the_chunk_the_served_mix_calls_for(
-    client: KubeClient, namespace: str, operator: None
+    client: KubeClient, namespace: str, operator: None, metrics_port: int
 ) -> None:
     install_crds(client)
     body = service(namespace)
@@ -127,5 +143,10 @@ def test_the_prefill_pool_rolls_to_the_chunk_the_served_mix_calls_for(
     retunes = [e for e in events if e["reason"] == "Retuned"]
     assert len(retunes) == 1, retunes
     assert "1024 -> 4096" in retunes[0]["message"], retunes[0]["message"]
+    eventually(
+        lambda: pool_budgets(metrics_port) == {"prefill": 4096, "decode": 1024},
+        timeout_s=30,
+        what="each pool's budget on the operator's /metrics",
+    )
     print(f"at {rate_per_s:.2f} requests/s: Retuned: {retunes[0]['message']}")
     print(f"status.tuning: {tuning}")

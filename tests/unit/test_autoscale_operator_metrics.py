@@ -38,6 +38,8 @@ def exported() -> OperatorMetrics:
     metrics.record_replica_cost("ns", "svc", "H100-80GB", 2 * 6.16)
     metrics.record_pace("ns", "svc", 1.3)
     metrics.reconcile_errors.labels("ns", "svc").inc()
+    metrics.record_pool_decision("ns", "svc", "prefill", decision, 4096)
+    metrics.record_pool_decision("ns", "svc", "decode", decision, 1024)
     return metrics
 
 
@@ -85,3 +87,17 @@ def test_the_engines_pace_is_exported_once_measured():
     metrics.record_pace("ns", "svc", None)  # a restarted autoscaler that has not measured yet
     page = parse_metrics(generate_latest(metrics.registry).decode())
     assert not page.series("tokenpilot_engine_step_pace_ratio")
+
+
+def test_each_pool_of_a_split_service_has_its_series_until_joined_again():
+    metrics = exported()
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    budgets = {s.labels["phase"]: s.value for s in page.series("tokenpilot_pool_token_budget")}
+    assert budgets == {"prefill": 4096, "decode": 1024}
+    desired = page.series("tokenpilot_pool_desired_replicas")
+    assert {s.labels["phase"] for s in desired} == {"prefill", "decode"}
+    assert all(s.labels["llmservice"] == "svc" for s in desired)
+    metrics.forget_pools("ns", "svc")  # joined again into one pool
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    assert not [name for name in page.samples if name.startswith("tokenpilot_pool_")]
+    assert page.series("tokenpilot_desired_replicas")  # the service's own stay

@@ -16,6 +16,10 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
                                                                  start to start, per service
     tokenpilot_reconcile_errors_total                            counter per service
     tokenpilot_leader                                            1 leading, 0 standing by
+    tokenpilot_pool_desired_replicas{phase},                     a disaggregated service's
+    tokenpilot_pool_ready_replicas{phase},                       pools (phase prefill or
+    tokenpilot_pool_token_budget{phase},                         decode), each scaled on
+    tokenpilot_pool_decisions_total{phase, mode, reason}         its own signal
 
 Every replica serves the page from its start, a standby too (with `tokenpilot_leader` 0 and its
 process series): a Service or scrape that reaches a standby gets an answer, not a refusal.
@@ -40,6 +44,7 @@ from prometheus_client import (
 from tokenpilot.core.autoscale import Decision
 
 SERVICE = ("namespace", "llmservice")
+POOL = (*SERVICE, "phase")
 # Evaluation of one service: a scrape round trip (ms) up to a scrape timeout (seconds).
 EVALUATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 # Start to start of one service's evaluations: its interval (5 s by default) when the operator
@@ -167,6 +172,30 @@ class OperatorMetrics:
             ("kind", "source"),
             registry=r,
         )
+        self.pool_desired_replicas = Gauge(
+            "tokenpilot_pool_desired_replicas",
+            "Replicas the autoscaler asked for, per pool of a disaggregated service.",
+            POOL,
+            registry=r,
+        )
+        self.pool_ready_replicas = Gauge(
+            "tokenpilot_pool_ready_replicas",
+            "Engine pods that are Ready, per pool of a disaggregated service.",
+            POOL,
+            registry=r,
+        )
+        self.pool_token_budget = Gauge(
+            "tokenpilot_pool_token_budget",
+            "The per-step token budget the pool's engines run (max_num_batched_tokens).",
+            POOL,
+            registry=r,
+        )
+        self.pool_decisions = Counter(
+            "tokenpilot_pool_decisions",
+            "Autoscaler evaluations of a disaggregated service's pool, by outcome.",
+            (*POOL, "mode", "reason"),
+            registry=r,
+        )
         self.reconcile_errors = Counter(
             "tokenpilot_reconcile_errors",
             "Reconciles that failed talking to the API server.",
@@ -193,6 +222,38 @@ class OperatorMetrics:
                 self._drop(gauge, namespace, name)
             else:
                 gauge.labels(namespace, name).set(value)
+
+    def record_pool_decision(
+        self,
+        namespace: str,
+        name: str,
+        phase: str,
+        decision: Decision,
+        token_budget: int | None,
+    ) -> None:
+        """One pool's evaluation: its replicas, its engines' budget, the outcome."""
+        self.pool_desired_replicas.labels(namespace, name, phase).set(decision.desired_replicas)
+        self.pool_ready_replicas.labels(namespace, name, phase).set(decision.signals.ready_replicas)
+        if token_budget is None:
+            with contextlib.suppress(KeyError):
+                self.pool_token_budget.remove(namespace, name, phase)
+        else:
+            self.pool_token_budget.labels(namespace, name, phase).set(token_budget)
+        self.pool_decisions.labels(
+            namespace, name, phase, decision.mode.value, decision.reason_code.value
+        ).inc()
+
+    def forget_pools(self, namespace: str, name: str) -> None:
+        """Remove a service's per-pool series (deleted, or joined again into one pool)."""
+        for family in (
+            self.pool_desired_replicas,
+            self.pool_ready_replicas,
+            self.pool_token_budget,
+            self.pool_decisions,
+        ):
+            for labels in list(family._metrics):
+                if labels[:2] == (namespace, name):
+                    family.remove(*labels)
 
     def record_forecast_memory(self, namespace: str, name: str, memory_s: float) -> None:
         self.forecast_memory_s.labels(namespace, name).set(memory_s)
@@ -265,6 +326,7 @@ class OperatorMetrics:
         ):
             self._drop(gauge, namespace, name)
         self._cost_sku.pop((namespace, name), None)
+        self.forget_pools(namespace, name)
         for family in (self.decisions, self.replica_hourly_cost):
             for labels in list(family._metrics):
                 if labels[:2] == (namespace, name):

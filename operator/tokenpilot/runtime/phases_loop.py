@@ -100,6 +100,7 @@ class PhasesLoop:
         split = service.spec.disaggregation
         assert split is not None
         for role, pool, policy, label in zip(ROLES, split.pools, policies, labels, strict=True):
+            started_s = self.runtime.clock.monotonic_s()
             mine = tuple(pod for pod in pods if pod.pool == label)
             state = self._state(role, policy, interval_s)
             target = ServiceTarget(
@@ -122,6 +123,15 @@ class PhasesLoop:
             )
             self.states[role], decision, actions = step(state, samples, current, self.runtime.now())
             await self._carry_out(role, service, actions, previous=state)
+            model = policy.replica_model
+            self.runtime.metrics.record_pool_decision(
+                self.namespace,
+                self.name,
+                role,
+                decision,
+                None if model is None else model.token_budget,
+            )
+            self.runtime.metrics.evaluation_s.observe(self.runtime.clock.monotonic_s() - started_s)
             log.debug("%s/%s %s: %s", *self.key, role, decision.reason)
         return interval_s
 
@@ -166,9 +176,10 @@ class PhasesLoop:
             return fresh
 
     async def release(self) -> None:
-        """The service is no longer split: give up each pool's status."""
+        """The service is no longer split: give up each pool's status and series."""
         for writer in self._writers.values():
             await writer.release()
+        self.runtime.metrics.forget_pools(self.namespace, self.name)
 
     def memory_now(self) -> dict[str, Any] | None:
         """What to keep of each pool for a later process."""
