@@ -16,11 +16,11 @@ prefill pool's TTFT share (the KV transfer of the P99 prompt) and both capacity 
 workload.
 
 The reconciler's resync (every `RESYNC_S`) re-tunes the prefill chunk as the operator's does
-(`core.disaggregation_plan.prefill_tuning`), from a status built of what the autoscaler holds:
-the decode pool's learned workload, the prefill pool's last decision, `Progressing` while a
-rollout runs. A re-tune rolls the prefill pool's Deployment (fleet.pool_simulator, each new pod
-at the cold start) and both pools' policies price the chunk the template runs from then on,
-as the operator's `phase_scaling` does.
+(`core.disaggregation_plan.prefill_tuning`), from the status the operator's reconciler reads:
+what each pool's autoscaler applied (the decode pool's workload, the prefill pool's decision),
+and `Progressing` while a rollout runs. A re-tune rolls the prefill pool's Deployment
+(fleet.pool_simulator, each new pod at the cold start) and both pools' policies price the chunk
+the template runs from then on, as the operator's `phase_scaling` does.
 
 Nothing here reads the trace or the engines' timer: the spec, the GPU profiles, the KV link and
 the pods' metrics are what the operator holds.
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from tokenpilot.api.llmservice import (
-    AutoscalingStatus,
     ConditionStatus,
     LLMService,
     LLMServiceSpec,
@@ -41,10 +40,8 @@ from tokenpilot.api.llmservice import (
 )
 from tokenpilot.api.workload import PlannedFor
 from tokenpilot.core import conditions as cond
-from tokenpilot.core.autoscale.decision import Decision
 from tokenpilot.core.autoscale.loop import ServiceState, step
 from tokenpilot.core.autoscale.observation import Current, Now
-from tokenpilot.core.autoscale.report import workload_status
 from tokenpilot.core.autoscale.spec import evaluation_interval_s
 from tokenpilot.core.autoscale.window import PodScrapes
 from tokenpilot.core.disaggregation import (
@@ -85,7 +82,6 @@ class PhasesOperator:
     # (virtual seconds, the workload planned for) at each re-plan.
     replans: list[tuple[float, PhaseWorkload]] = field(default_factory=list)
     retunes: list[Retune] = field(default_factory=list)
-    _decisions: list[Decision | None] = field(default_factory=lambda: [None, None])
     _next_resync_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -129,7 +125,6 @@ class PhasesOperator:
         wanted, words = [], []
         for i, pool in enumerate(view.pools):
             self.states[i], decision, _ = step(self.states[i], *_readings(pool), now)
-            self._decisions[i] = decision
             wanted.append(decision.desired_replicas)
             words.append(f"{PHASES[i]} -> {decision.desired_replicas}: {decision.reason}")
         batching = () if rolled is None else (rolled, None)
@@ -157,23 +152,14 @@ class PhasesOperator:
 
     def _status(self, now: Now, rolling_out: bool) -> LLMServiceStatus:
         """The status the reconciler reads: its tuning, what each pool's autoscaler applied
-        (the decode pool's learned workload, the prefill pool's last decision) and Progressing
-        while the prefill pool rolls."""
-        learned = self.states[1].workload.learned()
-        prefill = self._decisions[0]
+        (the decode pool's workload, the prefill pool's decision) and Progressing while the
+        prefill pool rolls."""
+        prefill, decode = (dict(state.applied or {}) for state in self.states)
         phases: dict[str, object] = {}
-        if learned is not None:
-            phases["decode"] = {"workload": workload_status(learned, now)}
-        if prefill is not None:
-            phases["prefill"] = {
-                "autoscaling": AutoscalingStatus(
-                    desired_replicas=prefill.desired_replicas,
-                    mode=prefill.mode.value,
-                    reason_code=prefill.reason_code.value,
-                    reason=prefill.reason,
-                    last_decision_time=now.wall,
-                )
-            }
+        if "workload" in decode:
+            phases["decode"] = {"workload": decode["workload"]}
+        if "autoscaling" in prefill:
+            phases["prefill"] = {"autoscaling": prefill["autoscaling"]}
         conditions = []
         if rolling_out:
             conditions.append(
