@@ -57,7 +57,7 @@ from tokenpilot.core.plan_inputs import PlanInputs
 from tokenpilot.core.retune import Tuning
 from tokenpilot.core.status import tuning_status
 from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView, PoolView
-from tokenpilot_lab.fleet.service import RESYNC_S, Retune
+from tokenpilot_lab.fleet.service import RESYNC_S, Retune, retunes_report
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PHASES = ("prefill", "decode")
@@ -201,15 +201,7 @@ class PhasesOperator:
             "planned_for": None
             if planned is None
             else planned.model_dump(by_alias=True, mode="json", exclude_none=True),
-            "retunes": [
-                {
-                    "at_s": round(r.at_s, 3),
-                    "from": list(r.from_batching),
-                    "to": list(r.to_batching),
-                    "why": r.why,
-                }
-                for r in self.retunes
-            ],
+            "retunes": retunes_report(self.retunes),
         }
 
 

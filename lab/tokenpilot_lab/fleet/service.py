@@ -48,6 +48,19 @@ class Retune:
     why: str
 
 
+def retunes_report(retunes: list[Retune]) -> list[dict[str, object]]:
+    """Each re-tune as a run's report gives it."""
+    return [
+        {
+            "at_s": round(r.at_s, 3),
+            "from": list(r.from_batching),
+            "to": list(r.to_batching),
+            "why": r.why,
+        }
+        for r in retunes
+    ]
+
+
 @dataclass
 class ServiceTuning:
     """One service's spec and the reconciler's tuning of it over a run; see the module
@@ -146,13 +159,5 @@ class ServiceTuning:
             "recommendation": None
             if recommendation is None
             else recommendation.model_dump(by_alias=True, mode="json", exclude_none=True),
-            "retunes": [
-                {
-                    "at_s": round(r.at_s, 3),
-                    "from": list(r.from_batching),
-                    "to": list(r.to_batching),
-                    "why": r.why,
-                }
-                for r in self.retunes
-            ],
+            "retunes": retunes_report(self.retunes),
         }
