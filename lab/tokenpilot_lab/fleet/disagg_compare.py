@@ -2,7 +2,8 @@
 opening fleet, and the operator's autoscaler on each pool (fleet.phases_operator).
 
 Each pool runs its GPU's step model at the budget `core.disaggregation.plan_phases` gives at
-creation (the tuner's defaults: the spec has no hints), the prefill pool with the prefix cache
+creation (the tuner's defaults: the spec has no hints; the prefill pool's chunk is re-tuned
+later as the operator re-tunes it, fleet.phases_operator), the prefill pool with the prefix cache
 as the flags say, the decode pool without (its prompts arrive computed), each billed at its
 price. The hand-off is priced by `core.disaggregation.kv_transfer_s` over the link given.
 

@@ -3,8 +3,11 @@ GPU, tensor parallelism, batching and Deployment.
 
 1. Each pool's plan inputs on its SKU's profile, at its tensor parallelism (the model must fit
    it: Infeasible names the pool).
-2. The workload to plan for: the spec's hints (its P99 prompt, the mean a
-   `TAIL_PROMPT_FACTOR`-th of it), else the tuner's defaults (`PhaseWorkload.planned`).
+2. The workload to plan for: what `status.tuning.plannedFor` says the running prefill chunk was
+   planned for once it was re-tuned on an observed mix, else the spec's hints (its P99 prompt,
+   the mean a `TAIL_PROMPT_FACTOR`-th of it), else the tuner's defaults (`planned_workload`).
+   The mix the decode engines served moves the prefill chunk under the re-tune's rules
+   (`prefill_tuning`).
 3. Each pool's batching from `core.disaggregation.plan_phases`: the prefill pool's chunk, the
    decode pool at vLLM's floor; the integers a spec's batching sets win for both.
 4. What each pool's Deployment renders beside the aggregated one (core.render): its role label
