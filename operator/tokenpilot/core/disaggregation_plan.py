@@ -57,7 +57,6 @@ from tokenpilot.core.disaggregation import (
     size_pools,
     verdict,
 )
-from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs
 from tokenpilot.core.pool_plan import PoolPlan, pool_profile
@@ -70,10 +69,9 @@ from tokenpilot.core.render import (
     pool_label_value,
 )
 from tokenpilot.core.retune import (
-    Gate,
     Tuning,
     capacity_gain,
-    rolling_out,
+    gate_of,
     settle,
     workload_mix,
 )
@@ -228,25 +226,15 @@ def prefill_tuning(
         )
         return capacity_gain(before, after, mix)
 
-    running = status.tuning
-    last_s = None
-    if running is not None and running.retuned_at is not None and now is not None:
-        last_s = seconds_between(running.retuned_at, now)
     prefill = None if phases is None or phases.prefill is None else phases.prefill.autoscaling
-    gate = Gate(
-        cooldown_s=parse_duration_s(spec.batching.retune_cooldown, "spec.batching.retuneCooldown"),
-        since_last_retune_s=last_s,
-        autoscaling=prefill,
-        rolling_out=now is None or rolling_out(service),
-    )
     return settle(
         spec.batching,
-        running,
+        status.tuning,
         _hinted_plan(service),
         observed,
         tune=tune,
         gain=gain,
-        gate=gate,
+        gate=gate_of(service, prefill, now),
         now=now or "",
     )
 
@@ -276,10 +264,11 @@ def plan_disaggregated(
     assert split is not None
     inputs = split_inputs(service, by_name)
     budget, seqs = service.spec.batching.max_num_batched_tokens, service.spec.batching.max_num_seqs
-    given = isinstance(budget, int) and isinstance(seqs, int)
-    if given:
-        tuning = Tuning(spec_decision(budget, seqs), TuningBasis.spec, None)  # type: ignore[arg-type]
+    if isinstance(budget, int) and isinstance(seqs, int):
+        given = spec_decision(budget, seqs)
+        tuning = Tuning(given, TuningBasis.spec, None)
     else:
+        given = None
         tuning = prefill_tuning(service, inputs, _link(service), now)
     phased = plan_phases(
         at_batching(inputs[0], tuning.decision.token_budget, tuning.decision.max_num_seqs),
@@ -287,20 +276,23 @@ def plan_disaggregated(
         planned_workload(tuning.planned_for),
         _link(service),
     )
+    decode = given or _decision(
+        "decode",
+        phased.decode.token_budget,
+        phased.decode.max_num_seqs,
+        phased.decode.words,
+        inputs[1].profile.measured is not None,
+    )
     plans = []
-    for role, pool, pool_in, phase in zip(
-        ROLES, split.pools, inputs, (phased.prefill, phased.decode), strict=True
+    for role, pool, pool_in, phase, decision in zip(
+        ROLES,
+        split.pools,
+        inputs,
+        (phased.prefill, phased.decode),
+        (tuning.decision, decode),
+        strict=True,
     ):
         profile = pool_in.profile
-        if given:
-            decision = spec_decision(budget, seqs)  # type: ignore[arg-type]
-        elif role == "prefill":
-            decision = tuning.decision
-        else:
-            measured = profile.measured is not None
-            decision = _decision(
-                role, phase.token_budget, phase.max_num_seqs, phase.words, measured
-            )
         gpus = pool_in.hints.tensor_parallel_size
         deployment = phase_deployment_name(service, role)
         facts = RenderFacts(
@@ -324,12 +316,7 @@ def plan_disaggregated(
                 ),
             ),
         )
-        words = decision.reason if role == "prefill" and not given else phase.words
-        reason = (
-            words
-            if phased.problem is None or phased.problem in words
-            else (f"{words}; {phased.problem}")
-        )
+        reason = phase.words if phased.problem is None else f"{phase.words}; {phased.problem}"
         status = PoolStatus(
             sku=pool.sku,
             role=role,

@@ -22,18 +22,16 @@ from tokenpilot.api.workload import PlannedFor, TuningBasis
 from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.batching import BatchingDecision, spec_decision
 from tokenpilot.core.disaggregation_plan import plan_disaggregated
-from tokenpilot.core.durations import parse_duration_s, seconds_between
 from tokenpilot.core.errors import Infeasible
 from tokenpilot.core.plan_inputs import PlanInputs, plan_inputs, with_workload
 from tokenpilot.core.pool_plan import PoolLive, PoolPlan, plan_pools
 from tokenpilot.core.render import RenderFacts, model_load_budget_s, render
 from tokenpilot.core.retune import (
-    Gate,
     Tuning,
     capacity_gain,
+    gate_of,
     hinted_plan,
     observed_plan,
-    rolling_out,
     settle,
     workload_mix,
 )
@@ -99,24 +97,14 @@ def tuned(service: LLMService, inputs: PlanInputs, now: str | None) -> Tuning:
             mix,
         )
 
-    running = status.tuning
-    last_s = None
-    if running is not None and running.retuned_at is not None and now is not None:
-        last_s = seconds_between(running.retuned_at, now)
-    gate = Gate(
-        cooldown_s=parse_duration_s(spec.batching.retune_cooldown, "spec.batching.retuneCooldown"),
-        since_last_retune_s=last_s,
-        autoscaling=status.autoscaling,
-        rolling_out=now is None or rolling_out(service),
-    )
     return settle(
         spec.batching,
-        running,
+        status.tuning,
         hinted_plan(spec.workload),
         observed_plan(status.workload, status.engine_costs),
         tune=tune,
         gain=gain,
-        gate=gate,
+        gate=gate_of(service, status.autoscaling, now),
         now=now or "",
     )
 

@@ -48,6 +48,7 @@ from tokenpilot.core.autoscale.costs import TermEstimate
 from tokenpilot.core.autoscale.figures import approx
 from tokenpilot.core.autoscale.workload import MIN_REQUESTS
 from tokenpilot.core.batching import BatchingDecision
+from tokenpilot.core.durations import parse_duration_s, seconds_between
 
 # A re-tune is worth its rolling restart from this much more load per replica within the SLOs.
 MATERIAL_GAIN = 1.10
@@ -101,6 +102,25 @@ class Gate:
         if self.rolling_out:
             return "a rollout is under way"
         return None
+
+
+def gate_of(service: LLMService, autoscaling: AutoscalingStatus | None, now: str | None) -> Gate:
+    """What the cluster says of the moment for a re-tune of `service`'s engines: its
+    retuneCooldown and last re-tune (status.tuning), the scaling of the pool that would roll
+    (`autoscaling`), and whether a rollout is under way. Without `now` the gate is shut: a
+    plan made outside a reconcile keeps the budget the engines run."""
+    running = service.status.tuning
+    last_s = None
+    if running is not None and running.retuned_at is not None and now is not None:
+        last_s = seconds_between(running.retuned_at, now)
+    return Gate(
+        cooldown_s=parse_duration_s(
+            service.spec.batching.retune_cooldown, "spec.batching.retuneCooldown"
+        ),
+        since_last_retune_s=last_s,
+        autoscaling=autoscaling,
+        rolling_out=now is None or rolling_out(service),
+    )
 
 
 def rolling_out(service: LLMService) -> bool:
