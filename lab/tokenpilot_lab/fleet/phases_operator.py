@@ -32,14 +32,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from tokenpilot.api.llmservice import (
-    ConditionStatus,
     LLMService,
     LLMServiceSpec,
     LLMServiceStatus,
     MetricsSourceType,
 )
 from tokenpilot.api.workload import PlannedFor
-from tokenpilot.core import conditions as cond
 from tokenpilot.core.autoscale.loop import ServiceState, step
 from tokenpilot.core.autoscale.observation import Current, Now
 from tokenpilot.core.autoscale.spec import evaluation_interval_s
@@ -57,7 +55,7 @@ from tokenpilot.core.plan_inputs import PlanInputs
 from tokenpilot.core.retune import Tuning
 from tokenpilot.core.status import tuning_status
 from tokenpilot_lab.fleet.pool_view import PoolsChoice, PoolsView, PoolView
-from tokenpilot_lab.fleet.service import RESYNC_S, Retune, retunes_report
+from tokenpilot_lab.fleet.service import RESYNC_S, Retune, retunes_report, rollout_conditions
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PHASES = ("prefill", "decode")
@@ -69,7 +67,6 @@ class PhasesOperator:
 
     spec: LLMServiceSpec
     base: tuple[PlanInputs, PlanInputs]  # each pool's, as the spec gives them
-    inputs: tuple[PlanInputs, PlanInputs]  # each pool's, at the batching its engines run
     bounds: tuple[tuple[int, int], tuple[int, int]]
     link: KvLink
     plan: DisaggregationPlan
@@ -98,21 +95,25 @@ class PhasesOperator:
         workload = planned_workload(tuning.planned_for)
         plan, policies = size_pools(spec, inputs, workload, link, bounds)
         interval_s = evaluation_interval_s(spec)
-        # Every re-plan is made at the batching the engines' template runs.
-        running = tuple(
-            at_batching(pool_inputs, phase.token_budget, phase.max_num_seqs)
-            for pool_inputs, phase in zip(inputs, (plan.prefill, plan.decode), strict=True)
-        )
         return PhasesOperator(
             spec,
             inputs,
-            (running[0], running[1]),
             bounds,
             link,
             plan,
             workload,
             [ServiceState(p, interval_s=interval_s) for p in policies],
             tuning,
+        )
+
+    @property
+    def inputs(self) -> tuple[PlanInputs, PlanInputs]:
+        """Each pool's plan inputs at the batching its engines' template runs (every re-plan is
+        made at it): the prefill pool's chunk as tuned, the decode pool's floor."""
+        prefill, decode = self.tuning.decision, self.plan.decode
+        return (
+            at_batching(self.base[0], prefill.token_budget, prefill.max_num_seqs),
+            at_batching(self.base[1], decode.token_budget, decode.max_num_seqs),
         )
 
     def decide(self, view: PoolsView) -> PoolsChoice:
@@ -147,7 +148,6 @@ class PhasesOperator:
         self.retunes.append(
             Retune(now_s, (before.token_budget, before.max_num_seqs), batching, self.tuning.retuned)
         )
-        self.inputs = (at_batching(self.base[0], *batching), self.inputs[1])
         return batching
 
     def _status(self, now: Now, rolling_out: bool) -> LLMServiceStatus:
@@ -160,22 +160,11 @@ class PhasesOperator:
             phases["decode"] = {"workload": decode["workload"]}
         if "autoscaling" in prefill:
             phases["prefill"] = {"autoscaling": prefill["autoscaling"]}
-        conditions = []
-        if rolling_out:
-            conditions.append(
-                {
-                    "type": cond.PROGRESSING,
-                    "status": ConditionStatus.true.value,
-                    "reason": "RollingOut",
-                    "message": "a new pod template is rolling out",
-                    "lastTransitionTime": now.wall,
-                }
-            )
         return LLMServiceStatus.model_validate(
             {
                 "tuning": tuning_status(self.tuning, self.base[0].profile.name),
                 "phases": phases,
-                "conditions": conditions,
+                "conditions": rollout_conditions(rolling_out),
             }
         )
 

@@ -31,7 +31,7 @@ from tokenpilot_lab.fleet.config import FleetConfig
 from tokenpilot_lab.fleet.policies.base import FleetPolicy
 from tokenpilot_lab.fleet.pool_view import PoolsPolicy, PoolsView, PoolView
 from tokenpilot_lab.fleet.results import FleetResult, Rollout, ScaleEvent
-from tokenpilot_lab.fleet.simulator import FleetSimulation, ProgressFn, _Replica
+from tokenpilot_lab.fleet.simulator import FleetSimulation, ProgressFn, _Replica, roll_step
 from tokenpilot_lab.fleet.view import FleetView
 from tokenpilot_lab.sim import EngineConfig, StepTimer
 from tokenpilot_lab.workload import Trace
@@ -263,25 +263,15 @@ class PooledFleetSimulation(FleetSimulation):
         self._live = [r for r in self._live if r.ended_s is None]
 
     def _roll_pool(self, pool_index: int, now_s: float) -> bool:
-        """Replace the pool's old pods as a Deployment does (maxSurge 1, maxUnavailable 0: an
-        old pod not yet Ready goes at once); True once none is left."""
-        template, desired = self.pools[pool_index].engine, self._pool_desired[pool_index]
-        while True:
-            pods = self._pool_pods(pool_index)
-            old = [r for r in pods if r.config is not template]
-            if not old:
-                return True
-            ready = [r for r in pods if r.ready_s <= now_s]
-            starting_old = [r for r in old if r.ready_s > now_s]
-            if len(pods) > desired and starting_old:
-                self._remove(max(starting_old, key=lambda r: r.created_s), now_s)
-            elif len(pods) > desired and len(ready) > desired:
-                ready_old = [r for r in old if r.ready_s <= now_s]
-                self._remove(max(ready_old, key=lambda r: r.created_s), now_s)
-            elif len(pods) <= desired:
-                self._add(pool_index, now_s, now_s + self.config.cold_start_s)
-            else:
-                return False
+        """The pool's Deployment rolled as far as it goes (`roll_step`); True once done."""
+        return roll_step(
+            lambda: self._pool_pods(pool_index),
+            self.pools[pool_index].engine,
+            self._pool_desired[pool_index],
+            now_s,
+            remove=lambda replica: self._remove(replica, now_s),
+            add=lambda: self._add(pool_index, now_s, now_s + self.config.cold_start_s),
+        )
 
     def _end_roll(self, pool_index: int, now_s: float) -> None:
         at, surge_s, _ = self._pool_rolls.pop(pool_index)

@@ -48,6 +48,22 @@ class Retune:
     why: str
 
 
+def rollout_conditions(rolling_out: bool) -> list[dict[str, Any]]:
+    """The Progressing condition the reconciler sets while a new pod template rolls out (the
+    only condition a re-tune's gate reads), or none."""
+    if not rolling_out:
+        return []
+    return [
+        {
+            "type": cond.PROGRESSING,
+            "status": ConditionStatus.true.value,
+            "reason": "RollingOut",
+            "message": "a new pod template is rolling out",
+            "lastTransitionTime": "1970-01-01T00:00:00Z",
+        }
+    ]
+
+
 def retunes_report(retunes: list[Retune]) -> list[dict[str, object]]:
     """Each re-tune as a run's report gives it."""
     return [
@@ -123,17 +139,7 @@ class ServiceTuning:
         reconciler's tuning, and Progressing while a rollout runs."""
         owned = dict(applied or {})
         conditions = [c for c in owned.get("conditions", ()) if c.get("type") != cond.PROGRESSING]
-        if rolling_out:
-            conditions.append(
-                {
-                    "type": cond.PROGRESSING,
-                    "status": ConditionStatus.true.value,
-                    "reason": "RollingOut",
-                    "message": "a new pod template is rolling out",
-                    "lastTransitionTime": "1970-01-01T00:00:00Z",
-                }
-            )
-        owned["conditions"] = conditions
+        owned["conditions"] = conditions + rollout_conditions(rolling_out)
         owned["tuning"] = tuning_status(self.tuning, self.profile.name).model_dump(
             by_alias=True, mode="json", exclude_none=True
         )

@@ -466,32 +466,20 @@ class FleetSimulation:
         self._roll(now_s)
 
     def _roll(self, now_s: float) -> None:
-        """One step of the rollout at `now_s`: at most one pod over spec.replicas (maxSurge 1),
-        and an old pod goes only when the Ready pods stay at spec.replicas without it
-        (maxUnavailable 0; one not yet Ready goes at once)."""
-        pods = self._pods()
-        self._surge_s += max(0, len(pods) - self._desired) * (now_s - self._rolled_to_s)
+        """One step of the rollout at `now_s` (`roll_step`)."""
+        self._surge_s += max(0, len(self._pods()) - self._desired) * (now_s - self._rolled_to_s)
         self._rolled_to_s = now_s
-        while True:
-            old = [r for r in pods if r.config is not self._template]
-            if not old:
-                rollout = self._rollouts[-1]
-                self._rollouts[-1] = replace(
-                    rollout, finished_s=now_s, surge_gpu_hours=self._surge_gpu_hours()
-                )
-                break
-            ready = [r for r in pods if r.ready_s <= now_s]
-            starting_old = [r for r in old if r.ready_s > now_s]
-            if len(pods) > self._desired and starting_old:
-                self._remove(max(starting_old, key=lambda r: r.created_s), now_s)
-            elif len(pods) > self._desired and len(ready) > self._desired:
-                ready_old = [r for r in old if r.ready_s <= now_s]
-                self._remove(max(ready_old, key=lambda r: r.created_s), now_s)
-            elif len(pods) <= self._desired:
-                self._new_replica(now_s, now_s + self.config.cold_start_s)
-            else:
-                break
-            pods = self._pods()
+        if roll_step(
+            self._pods,
+            self._template,
+            self._desired,
+            now_s,
+            remove=lambda replica: self._remove(replica, now_s),
+            add=lambda: self._new_replica(now_s, now_s + self.config.cold_start_s),
+        ):
+            self._rollouts[-1] = replace(
+                self._rollouts[-1], finished_s=now_s, surge_gpu_hours=self._surge_gpu_hours()
+            )
         self._live = [r for r in self._live if r.ended_s is None]
 
     def _surge_gpu_hours(self) -> float:
@@ -560,3 +548,33 @@ def simulate(
 ) -> FleetResult:
     """Replay `trace` through a fleet scaled by `policy`; see the module docstring."""
     return FleetSimulation(trace, policy, config, engine_config, timer).run(progress)
+
+
+def roll_step(
+    pods: Callable[[], list[_Replica]],
+    template: EngineConfig,
+    desired: int,
+    now_s: float,
+    *,
+    remove: Callable[[_Replica], None],
+    add: Callable[[], None],
+) -> bool:
+    """A Deployment's rollout to `template` at `now_s`, as far as it goes: at most one pod over
+    `desired` (maxSurge 1), and an old pod goes only when the Ready pods stay at `desired`
+    without it (maxUnavailable 0; one not yet Ready goes at once). True once no old pod is
+    left."""
+    while True:
+        current = pods()
+        old = [r for r in current if r.config is not template]
+        if not old:
+            return True
+        ready = [r for r in current if r.ready_s <= now_s]
+        starting_old = [r for r in old if r.ready_s > now_s]
+        if len(current) > desired and starting_old:
+            remove(max(starting_old, key=lambda r: r.created_s))
+        elif len(current) > desired and len(ready) > desired:
+            remove(max((r for r in old if r.ready_s <= now_s), key=lambda r: r.created_s))
+        elif len(current) <= desired:
+            add()
+        else:
+            return False
