@@ -210,6 +210,16 @@ def resource_versions(client: KubeClient, namespace: str) -> dict[str, str]:
     return out
 
 
+def events_of(client: KubeClient, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    """The Events about the object `name` with `reason`."""
+    events = client.request(
+        "GET",
+        RESOURCES[("v1", "Event")].path(namespace),
+        query={"fieldSelector": f"involvedObject.name={name}"},
+    ).get("items", [])
+    return [e for e in events if e["reason"] == reason]
+
+
 def metrics_ports(count: int) -> tuple[int, ...]:
     """Distinct ports free on every address, for operators' /metrics (which listen on all)."""
     return free_ports(count, ANY)

@@ -21,13 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import create, get_llms, metrics_ports, operator_page, operator_thread
+from _operator_harness import (
+    create,
+    events_of,
+    get_llms,
+    metrics_ports,
+    operator_page,
+    operator_thread,
+)
 from test_disaggregated_autoscale import ready_ips, routed
 from test_disaggregated_autoscale import service as split_service
 from test_routing_inference_pool import install_crds
 
 from tokenpilot.adapters.kube import KubeClient, NotFound
-from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES, RESOURCES
+from tokenpilot.adapters.kube.resources import DEPLOYMENTS, LLMSERVICES
 from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.disaggregation import PhaseWorkload
@@ -135,12 +142,7 @@ def test_the_prefill_pool_rolls_to_the_chunk_the_served_mix_calls_for(
     # The decode pool's template is the one it opened on.
     after = client.get(DEPLOYMENTS.path(namespace, f"{NAME}-decode"))
     assert after is not None and after["spec"]["template"] == decode["spec"]["template"]
-    events = client.request(
-        "GET",
-        RESOURCES[("v1", "Event")].path(namespace),
-        query={"fieldSelector": f"involvedObject.name={NAME}"},
-    ).get("items", [])
-    retunes = [e for e in events if e["reason"] == "Retuned"]
+    retunes = events_of(client, namespace, NAME, "Retuned")
     assert len(retunes) == 1, retunes
     assert "1024 -> 4096" in retunes[0]["message"], retunes[0]["message"]
     eventually(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import create, get_llms, operator_thread, sample
+from _operator_harness import create, events_of, get_llms, operator_thread, sample
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
@@ -234,12 +234,7 @@ def test_the_loop_learns_the_prompts_advises_then_rolls_once(
         result = load.stop()
     failed = [r for r in result.records if not r.ok]
     assert not failed, [(r.endpoint, r.error) for r in failed[:5]]
-    events = client.request(
-        "GET",
-        RESOURCES[("v1", "Event")].path(namespace),
-        query={"fieldSelector": f"involvedObject.name={NAME}"},
-    ).get("items", [])
-    retunes = [e for e in events if e["reason"] == "Retuned"]
+    retunes = events_of(client, namespace, NAME, "Retuned")
     assert len(retunes) == 1 and retunes[0].get("count", 1) == 1, retunes
     message = retunes[0]["message"]
     assert str(old_budget) in message and str(new_budget) in message, message

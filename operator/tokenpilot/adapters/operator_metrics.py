@@ -251,9 +251,7 @@ class OperatorMetrics:
             self.pool_token_budget,
             self.pool_decisions,
         ):
-            for labels in list(family._metrics):
-                if labels[:2] == (namespace, name):
-                    family.remove(*labels)
+            self._drop_labelled(family, namespace, name)
 
     def record_forecast_memory(self, namespace: str, name: str, memory_s: float) -> None:
         self.forecast_memory_s.labels(namespace, name).set(memory_s)
@@ -328,9 +326,14 @@ class OperatorMetrics:
         self._cost_sku.pop((namespace, name), None)
         self.forget_pools(namespace, name)
         for family in (self.decisions, self.replica_hourly_cost):
-            for labels in list(family._metrics):
-                if labels[:2] == (namespace, name):
-                    family.remove(*labels)
+            self._drop_labelled(family, namespace, name)
+
+    @staticmethod
+    def _drop_labelled(family: Gauge | Counter, namespace: str, name: str) -> None:
+        """Every series of `family` for the service, whatever its further labels."""
+        for labels in list(family._metrics):
+            if labels[:2] == (namespace, name):
+                family.remove(*labels)
 
     @staticmethod
     def _drop(metric: Gauge | Counter, namespace: str, name: str) -> None:
