@@ -88,7 +88,8 @@ class VllmServerConfig:
 
 
 class VllmServer:
-    """One real vLLM server process; `start()` returns once /health answers 200."""
+    """One real vLLM server process: `launch()` starts it, `wait_healthy()` returns once /health
+    answers 200 (`running_vllm` and `running_vllms` do both and stop it on the way out)."""
 
     def __init__(self, config: VllmServerConfig, log_path: Path, python: Path | None = None):
         self.config = config
@@ -140,7 +141,8 @@ class VllmServer:
         env.update(self.config.env)
         return env
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        """Start the process and return at once (`wait_healthy` waits for it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
@@ -152,13 +154,8 @@ class VllmServer:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
 
-    def _wait_healthy(self) -> None:
+    def wait_healthy(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
         with httpx.Client(timeout=5.0) as client:
             while time.monotonic() < deadline:
@@ -206,12 +203,25 @@ class VllmServer:
 @contextmanager
 def running_vllm(config: VllmServerConfig, log_path: Path) -> Iterator[VllmServer]:
     """A healthy server for the duration of the block; stopped on the way out, error or not."""
-    server = VllmServer(config, log_path)
-    server.start()
-    try:
+    with running_vllms((config, log_path)) as (server,):
         yield server
+
+
+@contextmanager
+def running_vllms(*servers: tuple[VllmServerConfig, Path]) -> Iterator[list[VllmServer]]:
+    """Several healthy servers for the duration of the block, started side by side (a start is
+    mostly one core's imports and compiles, so two start in little more than the time of one);
+    every one stopped on the way out, error or not."""
+    started = [VllmServer(config, log_path) for config, log_path in servers]
+    try:
+        for server in started:
+            server.launch()
+        for server in started:
+            server.wait_healthy()
+        yield started
     finally:
-        server.stop()
+        for server in started:
+            server.stop()
 
 
 # The tiny model's shape as `tokenpilot calibrate --shape` reads it: 2 layers of width 256, 4

@@ -26,7 +26,7 @@ from tokenpilot.api.llmservice import LLMService
 from tokenpilot.core.render_plan import plan
 from tokenpilot.core.sku import GPU_PRODUCT_LABEL, NodeFacts
 from tokenpilot_lab.vllm_cli import check_command_lines
-from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllm
+from tokenpilot_lab.vllm_server import VllmServer, VllmServerConfig, running_vllms
 
 pytestmark = pytest.mark.engine
 
@@ -107,10 +107,10 @@ def prefill_and_decode(
             extra_args=("--kv-transfer-config", json.dumps(kv), "--max-num-batched-tokens", "1024"),
         )
 
-    with (
-        running_vllm(config("kv_producer"), logs / "prefill.log") as prefill,
-        running_vllm(config("kv_consumer"), logs / "decode.log") as decode,
-    ):
+    with running_vllms(
+        (config("kv_producer"), logs / "prefill.log"),
+        (config("kv_consumer"), logs / "decode.log"),
+    ) as (prefill, decode):
         yield prefill, decode
 
 
