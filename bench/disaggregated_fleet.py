@@ -38,7 +38,14 @@ import time
 from rich.console import Console
 
 from tokenpilot.adapters.profiles import load_builtin_catalog
-from tokenpilot.core.disaggregation import DEFAULT_KV_LINK, KvLink, PhaseWorkload, verdict
+from tokenpilot.core.disaggregation import (
+    DEFAULT_KV_LINK,
+    KvLink,
+    PhaseWorkload,
+    at_batching,
+    plan_phases,
+    verdict,
+)
 from tokenpilot.core.plan_inputs import plan_inputs
 from tokenpilot.core.roofline import PrefillChunk, step_floor_s
 from tokenpilot.core.steptime import step_time_model
@@ -140,17 +147,32 @@ def main(argv: list[str]) -> int:
         f"TTFT at its datasheet floor: {sum(floor_ok):,} of {trace.num_requests:,} "
         f"({trace.num_requests - sum(floor_ok):,} no deployment on it serves)\n"
     )
+    reach: dict[str, tuple[int, int]] = {}
     for run in runs:
         p_pool, d_pool = run.pools
+        decode_inputs = plan_inputs(
+            with_tensor_parallel(spec, args.decode_tp), catalog.get(d_pool.sku)
+        )
         told = verdict(
             aggregated,
             prefill_inputs,
-            plan_inputs(with_tensor_parallel(spec, args.decode_tp), catalog.get(d_pool.sku)),
+            decode_inputs,
             workload,
             (prices[aggregated.profile.name], prices[p_pool.sku], prices[d_pool.sku]),
             link,
         )
+        # The prefill replica's reach at the chunk it ran last: longer prompts miss the TTFT
+        # however many replicas run.
+        last = (
+            run.operator.retunes[-1].to_batching
+            if run.operator.retunes
+            else (p_pool.engine.max_num_batched_tokens, p_pool.engine.max_num_seqs)
+        )
+        ran = plan_phases(at_batching(prefill_inputs, *last), decode_inputs, workload, link)
+        longest = ran.longest_prompt_tokens or 0
+        past = sum(r.num_prompt_tokens > longest for r in trace.requests)
         name = f"split, {d_pool.sku} decode"
+        reach[name] = (longest, past)
         rows.append((name, run.pooled.result, run))
         out.write(
             f"{name}: prefill {p_pool.sku} x{p_pool.gpus_per_replica} "
@@ -175,6 +197,8 @@ def main(argv: list[str]) -> int:
                 )
                 or "never"
             )
+            + f"\n  prefill reach at {last[0]:,} tokens a chunk: prompts up to {longest:,} tokens "
+            f"({past:,} requests past it, which no number of its replicas serves in time)"
             + f"\n  plan for the trace's mix (mean prompt {workload.mean_prompt_tokens:,.0f}, P99 "
             f"{workload.prompt_p99_tokens:,}, mean output {workload.mean_output_tokens:,.0f}): "
             f"{told.words}\n"
@@ -209,7 +233,15 @@ def main(argv: list[str]) -> int:
                         ),
                         "gpu_hours": round(r.gpu_hours, 6),
                         "cost_usd": round(r.cost_usd, 4),
-                        **({} if apart is None else {"operator": apart.operator.report()}),
+                        **(
+                            {}
+                            if apart is None
+                            else {
+                                "operator": apart.operator.report(),
+                                "prefill_reach_tokens": reach[name][0],
+                                "requests_past_reach": reach[name][1],
+                            }
+                        ),
                     }
                     for name, r, apart in rows
                 ]

@@ -13,12 +13,14 @@ from tokenpilot.adapters.profiles import load_builtin_catalog
 from tokenpilot.api.model_shape import model_preset
 from tokenpilot.api.vllm_defaults import vllm_batch_defaults
 from tokenpilot.core.autoscale.capacity import Demand
+from tokenpilot.core.autoscale.spec import replica_model
 from tokenpilot.core.disaggregation import (
     DEFAULT_KV_LINK,
     PREFILL_CHUNK_TOLERANCE,
     KvLink,
     PhaseWorkload,
     kv_transfer_s,
+    longest_prompt_within,
     phase_models,
     plan_phases,
     prefill_s,
@@ -106,6 +108,71 @@ def test_a_p99_prompt_no_prefill_replica_can_carry_in_time_is_a_problem_in_words
     plan = plan_phases(inputs("L40S"), inputs("L40S"), PhaseWorkload(20_000, 120_000, 100))
     assert plan.problem is not None
     assert "the P99 prompt (120,000 tokens)" in plan.problem and "L40S" in plan.problem
+
+
+MOONCAKE_LIKE = PhaseWorkload(8_192, 65_536, 300)
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2, 4])
+def test_the_longest_prompt_within_the_ttft_meets_it_and_one_token_more_does_not(
+    tensor_parallel_size: int,
+) -> None:
+    prefill = inputs("H100-80GB", tensor_parallel_size=tensor_parallel_size)
+    plan = plan_phases(prefill, inputs("H100-80GB"), MOONCAKE_LIKE)
+    reach = plan.longest_prompt_tokens
+    assert reach is not None and 0 < reach < prefill.hints.max_model_len
+    budget = plan.prefill.token_budget
+    pricer = replica_model(prefill, budget, plan.prefill.max_num_seqs).pricer
+
+    def ttft_s(tokens: int) -> float:
+        return (
+            prefill_s(pricer, tokens, budget)
+            + kv_transfer_s(LLAMA, tokens, DEFAULT_KV_LINK)
+            + plan.first_decode_step_s
+        )
+
+    assert ttft_s(reach) <= 2.0 < ttft_s(reach + 1)
+    within_s = 2.0 - plan.first_decode_step_s
+    assert longest_prompt_within(pricer, budget, within_s, prefill, DEFAULT_KV_LINK) == reach
+
+
+def test_a_wider_prefill_replica_reaches_longer_prompts() -> None:
+    reach = [
+        plan_phases(
+            inputs("H100-80GB", tensor_parallel_size=size), inputs("H100-80GB"), MOONCAKE_LIKE
+        ).longest_prompt_tokens
+        or 0
+        for size in (1, 2, 4, 8)
+    ]
+    assert reach == sorted(reach) and len(set(reach)) == 4, reach
+
+
+def test_a_p99_prompt_past_the_replicas_reach_names_the_reach_and_the_width_that_serves_it() -> (
+    None
+):
+    prefill = inputs("H100-80GB", tensor_parallel_size=2)
+    plan = plan_phases(prefill, inputs("H100-80GB"), MOONCAKE_LIKE)
+    assert plan.longest_prompt_tokens is not None
+    assert plan.longest_prompt_tokens < MOONCAKE_LIKE.prompt_p99_tokens
+    assert plan.problem is not None
+    assert f"prompts up to {plan.longest_prompt_tokens:,} tokens" in plan.problem
+    # Four GPUs reach past the P99 (the test above: reach grows with the width); the advice is
+    # the narrowest width that does, with its reach.
+    four = plan_phases(
+        inputs("H100-80GB", tensor_parallel_size=4), inputs("H100-80GB"), MOONCAKE_LIKE
+    )
+    assert four.problem is None and four.longest_prompt_tokens is not None
+    assert four.longest_prompt_tokens >= MOONCAKE_LIKE.prompt_p99_tokens
+    assert (
+        f"at tensorParallelSize 4 it would meet it for prompts up to "
+        f"{four.longest_prompt_tokens:,}" in plan.problem
+    ), plan.problem
+
+
+def test_without_a_ttft_there_is_no_reach() -> None:
+    no_ttft = replace(inputs("H100-80GB"), slo=ServiceLevel(itl_p99_s=0.05, ttft_p99_s=None))
+    plan = plan_phases(no_ttft, no_ttft, MOONCAKE_LIKE)
+    assert plan.longest_prompt_tokens is None
 
 
 def test_each_pools_model_answers_to_its_own_slo() -> None:

@@ -206,6 +206,22 @@ def test_disaggregate_splits_long_prompts_and_says_why(capsys: pytest.CaptureFix
     assert [p["gpu"] for p in split["pools"]] == ["H100-80GB", "L40S"]
     assert split["pools"][1]["token_budget"] == split["pools"][1]["max_num_seqs"] == 256
     assert 0 < split["kv_transfer_s_p99"] < split["prefill_ttft_s"] < 2.0
+    # Two H100s reach past the 48,000-token P99, short of maxModelLen.
+    assert 48_000 <= split["longest_prompt_tokens"] < 131_072
+
+
+def test_disaggregate_gives_the_prefill_reach_and_the_width_past_it(
+    capsys: pytest.CaptureFixture[str],
+):
+    argv = [*BASE, "--gpu", "H100-80GB", "--max-model-len", "131072", "--prompt-p99", "80000"]
+    code, out, _ = _plan(capsys, *argv, "--disaggregate", "--prefill-tp", "2")
+    assert code == 2
+    reach = out.split("prefills within the TTFT: ")[1].split(" tokens")[0]
+    assert 40_000 < int(reach.replace(",", "")) < 80_000, out
+    assert "longer ones miss it at any load" in out
+    assert "at tensorParallelSize 4 it would meet it" in out
+    code, out, _ = _plan(capsys, *argv, "--disaggregate", "--prefill-tp", "4")
+    assert code == 0 and "tensorParallelSize" not in out
 
 
 def test_disaggregate_advises_one_pool_for_short_prompts(capsys: pytest.CaptureFixture[str]):

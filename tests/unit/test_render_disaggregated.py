@@ -208,3 +208,15 @@ def test_an_aggregated_service_may_still_pass_a_kv_connector_in_extra_args() -> 
     svc = service(engine={"extraArgs": ["--kv-transfer-config", '{"kv_connector":"LMCache"}']})
     (deployment,) = deployments(planned(svc)).values()
     assert "--kv-transfer-config" in args_of(deployment)
+
+
+def test_a_p99_past_the_prefill_reach_is_in_its_status_with_the_width_that_serves_it() -> None:
+    # Two H100s prefill, hand over and start decoding about 61,500 tokens within 2 s; four
+    # reach about 89,000 (tests/unit/test_disaggregation.py).
+    rows = [pp.status for pp in planned(split(workload={"promptTokensP99": 80000})).pools]
+    prefill = rows[0].reason
+    assert "the P99 prompt (80,000 tokens)" in prefill, prefill
+    assert "a prefill replica of 2 H100-80GB GPUs meets the TTFT for prompts up to" in prefill
+    assert "at tensorParallelSize 4 it would meet it" in prefill, prefill
+    within = [pp.status for pp in planned(split(workload={"promptTokensP99": 40000})).pools]
+    assert "prompts up to" not in within[0].reason, within[0].reason

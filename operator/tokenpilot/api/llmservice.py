@@ -265,6 +265,8 @@ class EngineResources(ApiModel):
     limits: ResourceList = Field(default_factory=ResourceList, description="Limits.")
 
 
+# The tensor-parallel sizes an engine may run (engine.tensorParallelSize).
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 TP_POWER_OF_TWO = CelRule(
     "self.tensorParallelSize in [1, 2, 4, 8]",
     "tensorParallelSize must be 1, 2, 4 or 8",
@@ -318,7 +320,7 @@ class EngineSpec(ApiModel):
 
     @model_validator(mode="after")
     def _tp_power_of_two(self) -> Self:
-        if self.tensor_parallel_size not in (1, 2, 4, 8):
+        if self.tensor_parallel_size not in TENSOR_PARALLEL_SIZES:
             raise ValueError(TP_POWER_OF_TWO.message)
         return self
 

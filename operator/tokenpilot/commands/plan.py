@@ -251,6 +251,7 @@ def _split_json(plan: DisaggregationPlan, told: Verdict, workload: PhaseWorkload
         ],
         "kv_transfer_s_p99": round(plan.kv_transfer_s_p99, 6),
         "prefill_ttft_s": None if plan.prefill_ttft_s is None else round(plan.prefill_ttft_s, 6),
+        "longest_prompt_tokens": plan.longest_prompt_tokens,
         "usd_per_hour_per_rps": {
             "aggregated": round(told.aggregated_per_rps, 6),
             "disaggregated": round(told.disaggregated_per_rps, 6),
@@ -271,8 +272,13 @@ def _split_table(plan: DisaggregationPlan, told: Verdict, workload: PhaseWorkloa
             for p in (plan.prefill, plan.decode)
         ),
         f"  KV transfer of the P99 prompt {plan.kv_transfer_s_p99 * 1e3:.0f} ms{left}",
-        f"verdict: {told.words}",
     ]
+    if plan.longest_prompt_tokens is not None:
+        lines.append(
+            f"  the longest prompt a prefill replica prefills within the TTFT: "
+            f"{plan.longest_prompt_tokens:,} tokens (longer ones miss it at any load)"
+        )
+    lines.append(f"verdict: {told.words}")
     return "\n".join(lines)
 
 

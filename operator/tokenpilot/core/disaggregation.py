@@ -36,7 +36,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from tokenpilot.api.llmservice import LLMServiceSpec
+from tokenpilot.api.llmservice import TENSOR_PARALLEL_SIZES, LLMServiceSpec
 from tokenpilot.api.model_shape import ModelShape
 from tokenpilot.api.vllm_defaults import vllm_batch_defaults
 from tokenpilot.core.autoscale.capacity import KV_HEADROOM, Demand, ReplicaModel
@@ -45,7 +45,7 @@ from tokenpilot.core.autoscale.policy import AutoscalePolicy
 from tokenpilot.core.autoscale.spec import policy_from_spec, replica_model
 from tokenpilot.core.autoscale.workload import MIN_REQUESTS, LearnedWorkload
 from tokenpilot.core.capacity import BLOCK_SIZE
-from tokenpilot.core.errors import InvalidSpec
+from tokenpilot.core.errors import Infeasible, InvalidSpec
 from tokenpilot.core.plan_inputs import PlanInputs
 from tokenpilot.core.retune import servable_scale
 from tokenpilot.core.roofline import PrefillChunk, StepPricer
@@ -53,6 +53,7 @@ from tokenpilot.core.tuner import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     ITL_HEADROOM,
+    largest_where,
     recommend,
 )
 
@@ -195,7 +196,8 @@ class PhasePlan:
 
 @dataclass(frozen=True, slots=True)
 class DisaggregationPlan:
-    """Both pools' batching, the hand-off's price, and the TTFT left to the prefill pool."""
+    """Both pools' batching, the hand-off's price, the TTFT left to the prefill pool, and the
+    longest prompt that can meet the TTFT at all (`longest_prompt_within`; None without one)."""
 
     prefill: PhasePlan
     decode: PhasePlan
@@ -203,6 +205,7 @@ class DisaggregationPlan:
     first_decode_step_s: float
     prefill_ttft_s: float | None
     problem: str | None
+    longest_prompt_tokens: int | None = None
 
 
 def kv_transfer_s(shape: ModelShape, prompt_tokens: float, link: KvLink) -> float:
@@ -218,21 +221,8 @@ def plan_phases(
 ) -> DisaggregationPlan:
     """Each pool's batching for `workload` (see the module docstring). The two inputs carry the
     same model and SLOs, each on its pool's GPU."""
-    seqs = prefill.hints.max_num_seqs or vllm_batch_defaults(prefill.profile).max_num_seqs
-    p_model = replica_model(prefill, _round_up(seqs), seqs)
+    seqs, budget, longest, p_model = _prefill_chunk(prefill, workload)
     mean_prompt = round(workload.mean_prompt_tokens)
-    longest = max(_round_up(seqs), min(prefill.hints.max_model_len, PREFILL_BUDGET_CAP))
-    best = prefill_s(p_model.pricer, mean_prompt, longest)
-    budget = longest
-    candidate = _round_up(seqs)
-    while candidate < longest:
-        if prefill_s(p_model.pricer, mean_prompt, candidate) <= best * (
-            1 + PREFILL_CHUNK_TOLERANCE
-        ):
-            budget = candidate
-            break
-        candidate *= 2
-    budget = prefill.hints.token_budget or budget
     rate = mean_prompt / prefill_s(p_model.pricer, mean_prompt, budget)
     p_plan = PhasePlan(
         "prefill",
@@ -263,19 +253,97 @@ def plan_phases(
     ttft = prefill.slo.ttft_p99_s
     left = None if ttft is None else ttft - transfer_s - first_s
     tail_s = prefill_s(p_model.pricer, workload.prompt_p99_tokens, budget)
+    # What the prefill and the hand-off may take: the TTFT less the first decode step.
+    within_s = None if ttft is None else ttft - first_s
+    reach = None
+    if within_s is not None:
+        reach = longest_prompt_within(p_model.pricer, budget, within_s, prefill, link)
     problem = None
-    if left is not None and tail_s > left:
+    if left is not None and within_s is not None and tail_s > left:
         problem = (
             f"the P99 prompt ({workload.prompt_p99_tokens:,} tokens) takes {tail_s:.2f} s to "
             f"prefill on {prefill.profile.name} alone, over the {max(0.0, left):.2f} s the TTFT "
-            f"leaves after its KV transfer ({transfer_s * 1e3:.0f} ms) and the first decode step"
+            f"leaves after its KV transfer ({transfer_s * 1e3:.0f} ms) and the first decode "
+            f"step; {_reach_words(prefill, reach)}"
+            + _wider_words(prefill, workload, within_s, link)
         )
     elif fits == 0:
         problem = (
             f"not one decode at a {context:,.0f}-token context fits the ITL on "
             f"{decode.profile.name}"
         )
-    return DisaggregationPlan(p_plan, d_plan, transfer_s, first_s, left, problem)
+    return DisaggregationPlan(p_plan, d_plan, transfer_s, first_s, left, problem, reach)
+
+
+def _prefill_chunk(
+    prefill: PlanInputs, workload: PhaseWorkload
+) -> tuple[int, int, int, ReplicaModel]:
+    """The prefill engines' max_num_seqs, chunk (the smallest within the tolerance of the
+    largest considered, unless the spec sets one), that largest chunk, and the replica model
+    the chunk is priced with."""
+    seqs = prefill.hints.max_num_seqs or vllm_batch_defaults(prefill.profile).max_num_seqs
+    p_model = replica_model(prefill, _round_up(seqs), seqs)
+    mean_prompt = round(workload.mean_prompt_tokens)
+    longest = max(_round_up(seqs), min(prefill.hints.max_model_len, PREFILL_BUDGET_CAP))
+    best = prefill_s(p_model.pricer, mean_prompt, longest)
+    budget = longest
+    candidate = _round_up(seqs)
+    while candidate < longest:
+        if prefill_s(p_model.pricer, mean_prompt, candidate) <= best * (
+            1 + PREFILL_CHUNK_TOLERANCE
+        ):
+            budget = candidate
+            break
+        candidate *= 2
+    return seqs, prefill.hints.token_budget or budget, longest, p_model
+
+
+def longest_prompt_within(
+    pricer: StepPricer, budget: int, within_s: float, prefill: PlanInputs, link: KvLink
+) -> int:
+    """The longest prompt (up to maxModelLen) whose prefill alone, in chunks of `budget`, and
+    KV hand-off over `link` take at most `within_s`: longer prompts miss the TTFT at any load,
+    so no number of replicas serves them (0 where not even one token does)."""
+
+    def fits(tokens: int) -> bool:
+        spent_s = prefill_s(pricer, tokens, budget) + kv_transfer_s(prefill.shape, tokens, link)
+        return spent_s <= within_s
+
+    # Both costs grow with the prompt.
+    return largest_where(1, prefill.hints.max_model_len, fits) or 0
+
+
+def _reach_words(prefill: PlanInputs, reach: int | None) -> str:
+    gpus = prefill.hints.tensor_parallel_size
+    return (
+        f"a prefill replica of {gpus} {prefill.profile.name} GPU{'s' if gpus > 1 else ''} "
+        f"meets the TTFT for prompts up to {reach or 0:,} tokens"
+    )
+
+
+def _wider_words(
+    prefill: PlanInputs, workload: PhaseWorkload, within_s: float, link: KvLink
+) -> str:
+    """Where a wider prefill replica (more GPUs, tensor-parallel) would prefill the P99 prompt
+    within the TTFT: the narrowest such, with its reach; else nothing."""
+    for size in TENSOR_PARALLEL_SIZES:
+        if size <= prefill.hints.tensor_parallel_size:
+            continue
+        try:
+            wider = PlanInputs.of(
+                prefill.profile,
+                prefill.shape,
+                prefill.slo,
+                replace(prefill.hints, tensor_parallel_size=size),
+            )
+        except (InvalidSpec, Infeasible):  # the model does not fit that way
+            continue
+        wider = replace(wider, step_costs=prefill.step_costs)
+        _, budget, _, model = _prefill_chunk(wider, workload)
+        reach = longest_prompt_within(model.pricer, budget, within_s, wider, link)
+        if reach >= workload.prompt_p99_tokens:
+            return f"; at tensorParallelSize {size} it would meet it for prompts up to {reach:,}"
+    return ""
 
 
 def phase_models(
@@ -429,14 +497,10 @@ def _decodes_within(model: ReplicaModel, context: float, itl_s: float | None) ->
     if itl_s is None:
         return high
     limit_s = itl_s * ITL_HEADROOM
-    low = 0
-    while low < high:
-        mid = (low + high + 1) // 2
-        if model.pricer.iteration_s(mid, round(mid * context)) <= limit_s:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    fit = largest_where(
+        1, high, lambda n: model.pricer.iteration_s(n, round(n * context)) <= limit_s
+    )
+    return fit or 0
 
 
 def prefill_s(pricer: StepPricer, prompt_tokens: int, budget: int) -> float:

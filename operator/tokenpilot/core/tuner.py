@@ -190,7 +190,7 @@ class StepFrame:
 
     def largest_budget(self, num_decodes: int, step_limit_s: float, high: int) -> int | None:
         """The largest block multiple in [floor, high] whose slowest step fits the limit."""
-        blocks = _largest(
+        blocks = largest_where(
             self.floor_budget // BLOCK_SIZE,
             high // BLOCK_SIZE,
             lambda k: self.slowest_step_s(k * BLOCK_SIZE, num_decodes) <= step_limit_s,
@@ -334,7 +334,7 @@ def choose_max_num_seqs(
     )
     itl = _target(slo.itl_p99_s)
     max_decodes = min(kv_fit, num_seqs)
-    planned = _largest(
+    planned = largest_where(
         1, max_decodes, lambda s: prices.smallest_step_s(s, num_seqs) <= decode_limit_s
     )
     if planned is None:
@@ -379,7 +379,7 @@ def _lowered_for_itl(
     The cap is the smallest that still carries `prefill_per_step` prompt tokens beside the
     decodes that fit: every token of the smallest budget spent on prefill beyond that is a
     decode the step could have carried instead."""
-    highest = _largest(
+    highest = largest_where(
         1,
         num_seqs // BLOCK_SIZE,
         lambda k: prices.smallest_step_s(1, k * BLOCK_SIZE) <= decode_limit_s,
@@ -390,7 +390,7 @@ def _lowered_for_itl(
         return BLOCK_SIZE
 
     def beside(cap: int) -> int:
-        fit = _largest(1, cap, lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
+        fit = largest_where(1, cap, lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
         return fit or 0
 
     cap = next(
@@ -442,7 +442,9 @@ def _lowered_words(
 def _decodes_beside(prices: StepPrices, decode_limit_s: float, cap: int, kv_fit: int) -> int:
     """The decodes, at most the KV fit and the cap, that fit the decode share beside the
     smallest budget vLLM allows under cap `cap` (0 when not even one does)."""
-    fit = _largest(1, min(cap, kv_fit), lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s)
+    fit = largest_where(
+        1, min(cap, kv_fit), lambda n: prices.smallest_step_s(n, cap) <= decode_limit_s
+    )
     return fit or 0
 
 
@@ -666,7 +668,7 @@ def check_inputs(slo: ServiceLevel, hints: WorkloadHints) -> None:
         raise InvalidSpec(f"maxNumBatchedTokens must be at least 1, got {hints.token_budget}")
 
 
-def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
+def largest_where(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
     """The largest n in [low, high] with ok(n), for ok true up to a point then false."""
     if high < low or not ok(low):
         return None
