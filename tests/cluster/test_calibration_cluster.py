@@ -126,11 +126,18 @@ def running(client: KubeClient, namespace: str) -> dict[str, Any] | None:
     return found if found and found["status"] == "True" else None
 
 
+# Engine time runs this many times faster than the wall clock in the test that measures a whole
+# grid. A decode stream holds 8,192 positions, over a minute of A100 decode steps: about 8 s on
+# the wall at 8x, time enough for a point's protocol and its /metrics reads on a busy two-core
+# machine (at 20x, about 3 s was not, once).
+MEASURE_TIME_SCALE = 8
+
+
 def test_auto_calibration_measures_once_and_retunes(
     kubeconfig: Path, namespace: str, client: KubeClient
 ) -> None:
-    with operator(kubeconfig, namespace, time_scale=20):
-        create(client, service(namespace, time_scale=20))
+    with operator(kubeconfig, namespace, time_scale=MEASURE_TIME_SCALE):
+        create(client, service(namespace, time_scale=MEASURE_TIME_SCALE))
         calibrating = eventually(
             lambda: running(client, namespace), timeout_s=120, what="Calibrating True"
         )
@@ -218,13 +225,21 @@ def test_deleting_the_service_mid_run_leaves_no_job_and_no_pod(
         eventually(lambda: running(client, namespace), timeout_s=120, what="Calibrating True")
         eventually(lambda: job_pods(client, namespace), timeout_s=60, what="the Job's pod")
 
-        def measuring() -> dict[str, Any] | None:
-            found = running(client, namespace)
-            return found if found and "grid points measured" in found["message"] else None
+        def measuring() -> tuple[dict[str, Any], str] | None:
+            now = status(client, namespace)
+            found = next(
+                (c for c in now.get("conditions") or [] if c["type"] == "Calibrating"), None
+            )
+            progress = (now.get("calibration") or {}).get("progress")
+            if not (found and found["status"] == "True" and progress):
+                return None
+            # The Job reports 0/12 as it starts; wait for its first measured point.
+            return (found, progress) if int(progress.split("/")[0]) >= 1 else None
 
         # While the grid runs, the condition says how far it is (read from the Job's pod).
-        progressing = eventually(measuring, timeout_s=60, what="Calibrating with progress")
-        progress = status(client, namespace)["calibration"]["progress"]
+        progressing, progress = eventually(
+            measuring, timeout_s=60, what="Calibrating with progress"
+        )
         done, total = (int(n) for n in progress.split("/"))
         assert 1 <= done < total == 12, progress
         assert f"{progress} grid points measured" in progressing["message"]
