@@ -79,7 +79,11 @@ def status(client: KubeClient, namespace: str) -> dict[str, Any]:
 
 
 def condition(client: KubeClient, namespace: str, type_: str) -> dict[str, Any] | None:
-    found = status(client, namespace).get("conditions") or []
+    return condition_of(status(client, namespace), type_)
+
+
+def condition_of(service_status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    found = service_status.get("conditions") or []
     return next((c for c in found if c["type"] == type_), None)
 
 
@@ -226,10 +230,8 @@ def test_deleting_the_service_mid_run_leaves_no_job_and_no_pod(
         eventually(lambda: job_pods(client, namespace), timeout_s=60, what="the Job's pod")
 
         def measuring() -> tuple[dict[str, Any], str] | None:
-            now = status(client, namespace)
-            found = next(
-                (c for c in now.get("conditions") or [] if c["type"] == "Calibrating"), None
-            )
+            now = status(client, namespace)  # one read: the condition and progress agree
+            found = condition_of(now, "Calibrating")
             progress = (now.get("calibration") or {}).get("progress")
             if not (found and found["status"] == "True" and progress):
                 return None

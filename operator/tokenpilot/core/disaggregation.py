@@ -221,7 +221,7 @@ def plan_phases(
 ) -> DisaggregationPlan:
     """Each pool's batching for `workload` (see the module docstring). The two inputs carry the
     same model and SLOs, each on its pool's GPU."""
-    seqs, budget, longest, p_model = _prefill_chunk(prefill, workload)
+    seqs, budget, largest_chunk, p_model = _prefill_chunk(prefill, workload)
     mean_prompt = round(workload.mean_prompt_tokens)
     rate = mean_prompt / prefill_s(p_model.pricer, mean_prompt, budget)
     p_plan = PhasePlan(
@@ -230,7 +230,8 @@ def plan_phases(
         budget,
         seqs,
         f"{prefill.profile.name} prefill: chunks of {budget:,} tokens prefill the mean prompt at "
-        f"{rate:,.0f} tokens/s, within {PREFILL_CHUNK_TOLERANCE:.0%} of chunks of {longest:,}",
+        f"{rate:,.0f} tokens/s, within {PREFILL_CHUNK_TOLERANCE:.0%} of chunks of "
+        f"{largest_chunk:,}",
     )
 
     d_seqs = decode.hints.max_num_seqs or vllm_batch_defaults(decode.profile).max_num_seqs
@@ -251,18 +252,19 @@ def plan_phases(
     transfer_s = kv_transfer_s(prefill.shape, workload.prompt_p99_tokens, link)
     first_s = d_model.pricer.iteration_s(max(1, fits), round(max(1, fits) * context))
     ttft = prefill.slo.ttft_p99_s
-    left = None if ttft is None else ttft - transfer_s - first_s
-    tail_s = prefill_s(p_model.pricer, workload.prompt_p99_tokens, budget)
     # What the prefill and the hand-off may take: the TTFT less the first decode step.
     within_s = None if ttft is None else ttft - first_s
+    left = None if within_s is None else within_s - transfer_s
     reach = None
     if within_s is not None:
         reach = longest_prompt_within(p_model.pricer, budget, within_s, prefill, link)
+    tail_s = prefill_s(p_model.pricer, workload.prompt_p99_tokens, budget)
     problem = None
-    if left is not None and within_s is not None and tail_s > left:
+    if within_s is not None and tail_s > within_s - transfer_s:
         problem = (
             f"the P99 prompt ({workload.prompt_p99_tokens:,} tokens) takes {tail_s:.2f} s to "
-            f"prefill on {prefill.profile.name} alone, over the {max(0.0, left):.2f} s the TTFT "
+            f"prefill on {prefill.profile.name} alone, over the "
+            f"{max(0.0, within_s - transfer_s):.2f} s the TTFT "
             f"leaves after its KV transfer ({transfer_s * 1e3:.0f} ms) and the first decode "
             f"step; {_reach_words(prefill, reach)}"
             + _wider_words(prefill, workload, within_s, link)
@@ -284,18 +286,18 @@ def _prefill_chunk(
     seqs = prefill.hints.max_num_seqs or vllm_batch_defaults(prefill.profile).max_num_seqs
     p_model = replica_model(prefill, _round_up(seqs), seqs)
     mean_prompt = round(workload.mean_prompt_tokens)
-    longest = max(_round_up(seqs), min(prefill.hints.max_model_len, PREFILL_BUDGET_CAP))
-    best = prefill_s(p_model.pricer, mean_prompt, longest)
-    budget = longest
+    largest_chunk = max(_round_up(seqs), min(prefill.hints.max_model_len, PREFILL_BUDGET_CAP))
+    best = prefill_s(p_model.pricer, mean_prompt, largest_chunk)
+    budget = largest_chunk
     candidate = _round_up(seqs)
-    while candidate < longest:
+    while candidate < largest_chunk:
         if prefill_s(p_model.pricer, mean_prompt, candidate) <= best * (
             1 + PREFILL_CHUNK_TOLERANCE
         ):
             budget = candidate
             break
         candidate *= 2
-    return seqs, prefill.hints.token_budget or budget, longest, p_model
+    return seqs, prefill.hints.token_budget or budget, largest_chunk, p_model
 
 
 def longest_prompt_within(
