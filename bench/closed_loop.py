@@ -8,13 +8,13 @@ another in fresh processes, and prints one Markdown table per source with the go
 
 - `tokenpilot` meets 99 % of requests within both SLOs;
 - on no more than 0.85x `static-peak`'s GPU-hours (1.05x where the load is flat);
-- on no more GPU-hours than the smallest single fleet on the tuned budget that meets 99 % in
-  hindsight (`--hindsight FILE`: a JSON object of `bench/hindsight_fleet.py --json` figures
-  keyed by "SOURCE ENGINES"; left out where it was not run);
+- on no more GPU-hours than the smallest single fleet on the trace-planned budget that meets
+  99 % over the whole run, known in hindsight (`--hindsight`: `bench/hindsight_fleet.py
+  --single-fleet` on the same engines and balancer; left out without the flag);
 - no baseline, on either budget, at equal or higher attainment on fewer GPU-hours.
 
     git worktree add ../tokenpilot-old 76607e9
-    .venv/bin/python bench/closed_loop.py --old ../tokenpilot-old \
+    .venv/bin/python bench/closed_loop.py --old ../tokenpilot-old --hindsight \
         --sources azure-llm-2023-code.csv:x4,synthetic:bursts --engines profile,chunk-compute \
         -- --gpu H100-80GB --model llama-3.1-8b --slo ttft=2s,itl=50ms --balancer service
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 from tokenpilot_lab.commands.simulate.report import FLAT_SWING
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+HINDSIGHT = Path(__file__).resolve().parent / "hindsight_fleet.py"
 SYNTHETIC = "synthetic:"
 # A generated trace's shape, the same for every engine setting.
 GENERATOR_ARGS = ["--mean-rps", "10", "--duration", "1800", "--seed", "0"]
@@ -46,6 +47,19 @@ def source_args(source: str) -> list[str]:
     name, _, load = source.partition(":")
     path = Path(name) if Path(name).exists() else TRACES / name
     return ["--trace", str(path), *(["--load", load] if load else [])]
+
+
+def hindsight_gpu_hours(argv: list[str]) -> float:
+    """The smallest single fleet's GPU-hours (bench/hindsight_fleet.py --single-fleet)."""
+    done = subprocess.run(
+        [sys.executable, str(HINDSIGHT), "--single-fleet", "--json", "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"hindsight_fleet {' '.join(argv)} failed:\n{done.stderr}")
+    return float(json.loads(done.stdout)["constant_in_hindsight"]["gpu_hours"])
 
 
 def simulate(argv: list[str], checkout: Path | None) -> tuple[dict, float]:
@@ -102,12 +116,13 @@ def main() -> int:
     parser.add_argument("--old", type=Path, required=True, help="the old checkout")
     parser.add_argument("--sources", required=True, help="comma list: TRACE[:xN] or synthetic:G")
     parser.add_argument("--engines", default="profile", help="comma list: profile or a truth")
-    parser.add_argument("--hindsight", type=Path, default=None)
+    parser.add_argument(
+        "--hindsight", action="store_true", help="also check against the hindsight single fleet"
+    )
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     extra = argv[split + 1 :]
-    hindsight = json.loads(args.hindsight.read_text()) if args.hindsight else {}
     misses = 0
     for source in args.sources.split(","):
         lines = [
@@ -127,7 +142,7 @@ def main() -> int:
             for name in BASELINES:
                 if name in new["policies"]:
                     lines.append(row(f"{engines} | {name}", new["policies"][name]))
-            words, ok = goal(new, hindsight.get(f"{source} {engines}"))
+            words, ok = goal(new, hindsight_gpu_hours(base) if args.hindsight else None)
             misses += not ok
             operator = new["policies"]["tokenpilot"].get("operator") or {}
             retunes = ", ".join(
