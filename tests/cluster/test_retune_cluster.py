@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _operator_harness import create, events_of, get_llms, operator_thread, sample
+from _operator_harness import (
+    create,
+    events_of,
+    get_llms,
+    metrics_ports,
+    operator_page,
+    operator_thread,
+    sample,
+)
 
 from tokenpilot.adapters.kube import KubeClient
 from tokenpilot.adapters.kube.resources import LLMSERVICES, RESOURCES
@@ -147,9 +155,11 @@ class Load:
 
 
 @pytest.fixture
-def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[None]:
-    with operator_thread(kubeconfig, namespace, resync_s=2.0):
-        yield
+def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[int]:
+    """The operator; its /metrics port."""
+    (port,) = metrics_ports(1)
+    with operator_thread(kubeconfig, namespace, resync_s=2.0, metrics_port=port):
+        yield port
         client.request("DELETE", LLMSERVICES.path(namespace, NAME))
         eventually(
             lambda: client.get(LLMSERVICES.path(namespace, NAME)) is None,
@@ -158,8 +168,19 @@ def operator(kubeconfig: Path, namespace: str, client: KubeClient) -> Iterator[N
         )
 
 
+def exported(port: int, name: str) -> dict[str, float]:
+    """The service's series of `name` on the operator's /metrics, by their `stat` label."""
+    page = operator_page(port)
+    assert page is not None, "the operator's /metrics did not answer"
+    return {
+        s.labels.get("stat", ""): s.value
+        for s in page.series(name)
+        if s.labels.get("llmservice") == NAME
+    }
+
+
 def test_the_loop_learns_the_prompts_advises_then_rolls_once(
-    client: KubeClient, namespace: str, operator: None
+    client: KubeClient, namespace: str, operator: int
 ) -> None:
     create(client, service(namespace))
 
@@ -199,6 +220,18 @@ def test_the_loop_learns_the_prompts_advises_then_rolls_once(
             prompt,
             sent_p99,
         )
+
+        # The same figures on the operator's /metrics, for dashboards and alerts.
+        def advised_series() -> dict[str, float] | None:
+            found = exported(operator, "tokenpilot_retune_recommended_token_budget")
+            return found or None
+
+        budget_series = eventually(advised_series, timeout_s=30, what="the advised budget series")
+        assert budget_series == {"": recommendation["maxNumBatchedTokens"]}, budget_series
+        gain = exported(operator, "tokenpilot_retune_predicted_gain")
+        assert gain == {"": recommendation["predictedGain"]}, gain
+        prompt_series = exported(operator, "tokenpilot_workload_prompt_tokens")
+        assert abs(prompt_series["mean"] - sent_mean) <= 0.02 * sent_mean, prompt_series
         print(
             f"learned from {workload['requests']} requests: prompt mean {prompt['mean']:.1f} "
             f"(sent {sent_mean:.1f}), P99 {prompt['p99']:g} at {prompt['p99Resolution']:.1%} "
@@ -230,6 +263,11 @@ def test_the_loop_learns_the_prompts_advises_then_rolls_once(
         new_budget = retuned["maxNumBatchedTokens"]
         assert new_budget == recommendation["maxNumBatchedTokens"], (retuned, recommendation)
         assert not {p["metadata"]["name"] for p in engine_pods(client, namespace)} & first_pods
+        eventually(
+            lambda: not exported(operator, "tokenpilot_retune_predicted_gain"),
+            timeout_s=30,
+            what="the recommendation's series to go once the engines run it",
+        )
     finally:
         result = load.stop()
     failed = [r for r in result.records if not r.ok]

@@ -10,9 +10,11 @@ from prometheus_client import generate_latest
 
 from tokenpilot.adapters.metrics import parse_metrics
 from tokenpilot.adapters.operator_metrics import OperatorMetrics
+from tokenpilot.api.workload import RetuneRecommendation, TokenFigures
 from tokenpilot.core import vllm_metrics
 from tokenpilot.core.autoscale import AutoscalePolicy, Evidence, History, decide
 from tokenpilot.core.autoscale.observation import Observation
+from tokenpilot.core.autoscale.workload import LearnedWorkload
 from tokenpilot.core.dashboards.boards import all_dashboards
 from tokenpilot.core.dashboards.rules import rule_groups
 
@@ -40,7 +42,31 @@ def exported() -> OperatorMetrics:
     metrics.reconcile_errors.labels("ns", "svc").inc()
     metrics.record_pool_decision("ns", "svc", "prefill", decision, 4096)
     metrics.record_pool_decision("ns", "svc", "decode", decision, 1024)
+    metrics.record_workload("ns", "svc", LEARNED, ADVISED)
     return metrics
+
+
+LEARNED = LearnedWorkload(
+    window_s=300.0,
+    num_requests=330,
+    prompt=TokenFigures(mean=6100.0, p99=7828.0, p99_resolution=0.091),
+    output=TokenFigures(mean=8.0, p99=8.0, p99_resolution=0.5),
+    arrival_rate_per_s=1.1,
+    prefix_cache_hit_rate=0.0,
+)
+ADVISED = RetuneRecommendation(
+    max_num_batched_tokens=224,
+    max_num_seqs=176,
+    predicted_gain=1.4,
+    state="Advised",
+    reason="the workload the engines served calls for it",
+)
+
+
+def values(metrics: OperatorMetrics, name: str) -> dict[str, float]:
+    """The service's series of `name`, keyed by their `stat` label ('' without one)."""
+    page = parse_metrics(generate_latest(metrics.registry).decode())
+    return {s.labels.get("stat", ""): s.value for s in page.series(name)}
 
 
 def test_every_series_the_dashboards_and_rules_use_is_exported():
@@ -101,3 +127,28 @@ def test_each_pool_of_a_split_service_has_its_series_until_joined_again():
     page = parse_metrics(generate_latest(metrics.registry).decode())
     assert not [name for name in page.samples if name.startswith("tokenpilot_pool_")]
     assert page.series("tokenpilot_desired_replicas")  # the service's own stay
+
+
+def test_the_learned_workload_and_the_recommendation_are_exported_and_go_when_unknown():
+    metrics = exported()
+    assert values(metrics, "tokenpilot_workload_prompt_tokens") == {"mean": 6100.0, "p99": 7828.0}
+    assert values(metrics, "tokenpilot_workload_output_tokens") == {"mean": 8.0, "p99": 8.0}
+    assert values(metrics, "tokenpilot_workload_requests") == {"": 330}
+    assert values(metrics, "tokenpilot_workload_mean_context_tokens") == {"": 6104.0}
+    assert values(metrics, "tokenpilot_workload_arrival_rate_per_second") == {"": 1.1}
+    assert values(metrics, "tokenpilot_retune_recommended_token_budget") == {"": 224}
+    assert values(metrics, "tokenpilot_retune_predicted_gain") == {"": 1.4}
+
+    # Re-tuned (no recommendation left), then a fresh operator's memory (nothing learned).
+    metrics.record_workload("ns", "svc", LEARNED, None)
+    assert values(metrics, "tokenpilot_retune_predicted_gain") == {}
+    assert values(metrics, "tokenpilot_retune_recommended_token_budget") == {}
+    assert values(metrics, "tokenpilot_workload_requests") == {"": 330}
+    metrics.record_workload("ns", "svc", None, None)
+    for name in (
+        "tokenpilot_workload_prompt_tokens",
+        "tokenpilot_workload_output_tokens",
+        "tokenpilot_workload_requests",
+        "tokenpilot_workload_prefix_cache_hit_ratio",
+    ):
+        assert values(metrics, name) == {}, name

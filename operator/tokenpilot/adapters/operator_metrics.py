@@ -20,6 +20,14 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
     tokenpilot_pool_ready_replicas{phase},                       pools (phase prefill or
     tokenpilot_pool_token_budget{phase},                         decode), each scaled on
     tokenpilot_pool_decisions_total{phase, mode, reason}         its own signal
+    tokenpilot_workload_requests,                                status.workload: what the
+    tokenpilot_workload_prompt_tokens{stat},                     engines served (stat mean or
+    tokenpilot_workload_output_tokens{stat},                     p99), absent until the
+    tokenpilot_workload_mean_context_tokens,                     engines have finished a
+    tokenpilot_workload_arrival_rate_per_second,                 request
+    tokenpilot_workload_prefix_cache_hit_ratio
+    tokenpilot_retune_recommended_token_budget,                  status.tuning.recommendation,
+    tokenpilot_retune_predicted_gain                             absent without one
 
 Every replica serves the page from its start, a standby too (with `tokenpilot_leader` 0 and its
 process series): a Service or scrape that reaches a standby gets an answer, not a refusal.
@@ -41,10 +49,14 @@ from prometheus_client import (
     start_http_server,
 )
 
+from tokenpilot.api.workload import RetuneRecommendation
 from tokenpilot.core.autoscale import Decision
+from tokenpilot.core.autoscale.workload import LearnedWorkload
 
 SERVICE = ("namespace", "llmservice")
 POOL = (*SERVICE, "phase")
+# A per-request figure of the learned workload: its exact mean or its P99 (a bucket's edge).
+STAT = (*SERVICE, "stat")
 # Evaluation of one service: a scrape round trip (ms) up to a scrape timeout (seconds).
 EVALUATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 # Start to start of one service's evaluations: its interval (5 s by default) when the operator
@@ -202,6 +214,59 @@ class OperatorMetrics:
             SERVICE,
             registry=r,
         )
+        self.workload_requests = Gauge(
+            "tokenpilot_workload_requests",
+            "Requests finished in the learned workload's window (status.workload.requests): "
+            "what every workload figure rests on.",
+            SERVICE,
+            registry=r,
+        )
+        self.workload_prompt_tokens = Gauge(
+            "tokenpilot_workload_prompt_tokens",
+            "Prompt tokens per request the engines served: stat mean (exact) or p99 (the upper "
+            "edge of the bucket holding it).",
+            STAT,
+            registry=r,
+        )
+        self.workload_output_tokens = Gauge(
+            "tokenpilot_workload_output_tokens",
+            "Output tokens per request the engines served: stat mean (exact) or p99 (the upper "
+            "edge of the bucket holding it).",
+            STAT,
+            registry=r,
+        )
+        self.workload_mean_context_tokens = Gauge(
+            "tokenpilot_workload_mean_context_tokens",
+            "Mean context a decode attends: mean prompt plus half the mean output.",
+            SERVICE,
+            registry=r,
+        )
+        self.workload_arrival_rate = Gauge(
+            "tokenpilot_workload_arrival_rate_per_second",
+            "Requests per second over the learned workload's window.",
+            SERVICE,
+            registry=r,
+        )
+        self.workload_prefix_cache_hit_ratio = Gauge(
+            "tokenpilot_workload_prefix_cache_hit_ratio",
+            "Prompt tokens found in the prefix cache over those looked up.",
+            SERVICE,
+            registry=r,
+        )
+        self.retune_recommended_token_budget = Gauge(
+            "tokenpilot_retune_recommended_token_budget",
+            "The token budget the workload the engines served calls for, while it is "
+            "recommended and not yet run (retune Advise, or Auto waiting).",
+            SERVICE,
+            registry=r,
+        )
+        self.retune_predicted_gain = Gauge(
+            "tokenpilot_retune_predicted_gain",
+            "Load per replica within the SLOs the recommended budget serves over the running "
+            "one's (the capacity model, on the observed mix).",
+            SERVICE,
+            registry=r,
+        )
 
     def record_decision(
         self, namespace: str, name: str, decision: Decision, evaluation_s: float
@@ -242,6 +307,53 @@ class OperatorMetrics:
         self.pool_decisions.labels(
             namespace, name, phase, decision.mode.value, decision.reason_code.value
         ).inc()
+
+    def record_workload(
+        self,
+        namespace: str,
+        name: str,
+        workload: LearnedWorkload | None,
+        recommendation: RetuneRecommendation | None,
+    ) -> None:
+        """What the engines served (status.workload) and the budget it calls for while it is
+        recommended (status.tuning.recommendation); what is not known has no series."""
+        figures: list[tuple[Gauge, float | None]] = [
+            (self.workload_requests, None if workload is None else workload.num_requests),
+            (
+                self.workload_mean_context_tokens,
+                None if workload is None else workload.mean_context_tokens,
+            ),
+            (
+                self.workload_arrival_rate,
+                None if workload is None else workload.arrival_rate_per_s,
+            ),
+            (
+                self.workload_prefix_cache_hit_ratio,
+                None if workload is None else workload.prefix_cache_hit_rate,
+            ),
+            (
+                self.retune_recommended_token_budget,
+                None if recommendation is None else recommendation.max_num_batched_tokens,
+            ),
+            (
+                self.retune_predicted_gain,
+                None if recommendation is None else recommendation.predicted_gain,
+            ),
+        ]
+        for gauge, value in figures:
+            if value is None:
+                self._drop(gauge, namespace, name)
+            else:
+                gauge.labels(namespace, name).set(value)
+        for family, tokens in (
+            (self.workload_prompt_tokens, None if workload is None else workload.prompt),
+            (self.workload_output_tokens, None if workload is None else workload.output),
+        ):
+            if tokens is None:
+                self._drop_labelled(family, namespace, name)
+            else:
+                family.labels(namespace, name, "mean").set(tokens.mean)
+                family.labels(namespace, name, "p99").set(tokens.p99)
 
     def forget_pools(self, namespace: str, name: str) -> None:
         """Remove a service's per-pool series (deleted, or joined again into one pool)."""
@@ -321,11 +433,22 @@ class OperatorMetrics:
             self.ttft_p99_s,
             self.forecast_memory_s,
             self.reconcile_errors,
+            self.workload_requests,
+            self.workload_mean_context_tokens,
+            self.workload_arrival_rate,
+            self.workload_prefix_cache_hit_ratio,
+            self.retune_recommended_token_budget,
+            self.retune_predicted_gain,
         ):
             self._drop(gauge, namespace, name)
         self._cost_sku.pop((namespace, name), None)
         self.forget_pools(namespace, name)
-        for family in (self.decisions, self.replica_hourly_cost):
+        for family in (
+            self.decisions,
+            self.replica_hourly_cost,
+            self.workload_prompt_tokens,
+            self.workload_output_tokens,
+        ):
             self._drop_labelled(family, namespace, name)
 
     @staticmethod

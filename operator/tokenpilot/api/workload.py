@@ -117,7 +117,9 @@ class RetuneRecommendation(ApiModel):
     predicted_gain: float = Field(
         description="Predicted capacity per GPU at the SLOs, over the running budget's."
     )
-    state: str = Field(description="Advised, Waiting (and why) or Rolling.")
+    state: str = Field(
+        description="Advised (retune Advise), or Waiting and why (retune Auto, held by a gate)."
+    )
     reason: str = Field(description="Why, in words.")
 
     @field_validator("predicted_gain")

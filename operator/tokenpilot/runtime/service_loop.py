@@ -268,6 +268,12 @@ class ServiceLoop:
         metrics.record_forecast_memory(
             self.namespace, self.name, 0.0 if outlook is None else outlook.span_s
         )
+        metrics.record_workload(
+            self.namespace,
+            self.name,
+            None if self.state is None else self.state.workload.learned(),
+            None if tuning is None else tuning.recommendation,
+        )
 
     def _replica_cost(self, service: LLMService) -> tuple[str | None, float | None]:
         """The SKU in use and one replica's hourly cost in USD, when both are known."""
