@@ -260,11 +260,10 @@ def plan_phases(
         reach = longest_prompt_within(p_model.pricer, budget, within_s, prefill, link)
     tail_s = prefill_s(p_model.pricer, workload.prompt_p99_tokens, budget)
     problem = None
-    if within_s is not None and tail_s > within_s - transfer_s:
+    if within_s is not None and left is not None and tail_s > left:
         problem = (
             f"the P99 prompt ({workload.prompt_p99_tokens:,} tokens) takes {tail_s:.2f} s to "
-            f"prefill on {prefill.profile.name} alone, over the "
-            f"{max(0.0, within_s - transfer_s):.2f} s the TTFT "
+            f"prefill on {prefill.profile.name} alone, over the {max(0.0, left):.2f} s the TTFT "
             f"leaves after its KV transfer ({transfer_s * 1e3:.0f} ms) and the first decode "
             f"step; {_reach_words(prefill, reach)}"
             + _wider_words(prefill, workload, within_s, link)
