@@ -172,11 +172,7 @@ def exported(port: int, name: str) -> dict[str, float]:
     """The service's series of `name` on the operator's /metrics, by their `stat` label."""
     page = operator_page(port)
     assert page is not None, "the operator's /metrics did not answer"
-    return {
-        s.labels.get("stat", ""): s.value
-        for s in page.series(name)
-        if s.labels.get("llmservice") == NAME
-    }
+    return {s.labels.get("stat", ""): s.value for s in page.series(name, llmservice=NAME)}
 
 
 def test_the_loop_learns_the_prompts_advises_then_rolls_once(

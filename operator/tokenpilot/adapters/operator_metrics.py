@@ -25,7 +25,7 @@ dashboards and alerts (tokenpilot.core.dashboards) query:
     tokenpilot_workload_output_tokens{stat},                     p99), absent until the
     tokenpilot_workload_mean_context_tokens,                     engines have finished a
     tokenpilot_workload_arrival_rate_per_second,                 request
-    tokenpilot_workload_prefix_cache_hit_ratio
+    tokenpilot_workload_prefix_cache_hit_ratio,
     tokenpilot_retune_recommended_token_budget,                  status.tuning.recommendation,
     tokenpilot_retune_predicted_gain                             absent without one
 
